@@ -1,0 +1,140 @@
+"""BERT from scratch (Devlin et al. 2019), one file to read top to bottom.
+
+    tokens ─► Embeddings (word + position + token type, LayerNorm, dropout)
+           ─► N × Layer:  x = LN(x + Dropout(SelfAttention(x)))        post-LN, as in the paper
+                          x = LN(x + Dropout(W2 · GELU(W1 · x)))
+           ─► last_hidden_state (B, L, d);  pooler: tanh(W_p · h_[CLS]) (B, d)
+
+Shapes: B batch, L sequence length, d hidden size, H heads, d_h = d / H.
+Attention is the one pluggable part (see `course_lib.attention`): the row normaliser is chosen by name in
+`BertConfig.attn_normalizer`, and callers may add a bias to the logits of every layer (`attention_bias`).
+Parameter names are our own; `course_lib.weights` maps Hugging Face checkpoints onto them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import attend
+from .config import BertConfig
+
+
+@dataclass
+class BertOutput:
+    last_hidden_state: torch.Tensor  # (B, L, d)
+    pooler_output: torch.Tensor  # (B, d)
+    attentions: tuple[torch.Tensor, ...] | None = None  # per layer (B, H, L, L), when requested
+
+
+class Embeddings(nn.Module):
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.word = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
+        self.position = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
+        self.token_type = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)  # (L,)
+        x = self.word(input_ids) + self.token_type(token_type_ids) + self.position(positions)  # (B, L, d)
+        return self.dropout(self.norm(x))
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with add & norm. Q, K and V come from one fused (d → 3d) projection."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.num_heads, self.head_dim = cfg.num_attention_heads, cfg.head_dim
+        self.normalizer = cfg.attn_normalizer
+        self.attn_dropout = cfg.attention_probs_dropout_prob
+        self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size)
+        self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None, need_weights: bool):
+        B, L, d = x.shape
+        # (B, L, 3d) → (3, B, H, L, d_h): split heads once for Q, K and V together.
+        q, k, v = self.qkv(x).view(B, L, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        dropout_p = self.attn_dropout if self.training else 0.0
+        context, probs = attend(q, k, v, bias, self.normalizer, dropout_p, need_weights)  # (B, H, L, d_h)
+        context = context.transpose(1, 2).reshape(B, L, d)  # merge heads: (B, L, d)
+        return self.norm(x + self.dropout(self.out(context))), probs
+
+
+class FeedForward(nn.Module):
+    """Position-wise W2 · GELU(W1 · x) with add & norm."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.up = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
+        self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x + self.dropout(self.down(F.gelu(self.up(x)))))
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.attention = SelfAttention(cfg)
+        self.ffn = FeedForward(cfg)
+
+    def forward(self, x, bias, need_weights):
+        x, probs = self.attention(x, bias, need_weights)
+        return self.ffn(x), probs
+
+
+class BertModel(nn.Module):
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.config = cfg
+        self.embeddings = Embeddings(cfg)
+        self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        """Truncation-free N(0, 0.02) as in the BERT release; LayerNorm starts as the identity."""
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear):
+            nn.init.zeros_(module.bias)
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            nn.init.zeros_(module.weight[module.padding_idx])
+        if isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, output_attentions: bool = False,
+                attention_bias: torch.Tensor | Sequence[torch.Tensor | None] | None = None) -> BertOutput:
+        """input_ids, attention_mask (1 = real token), token_type_ids: (B, L).
+
+        attention_bias: extra additive logits, one tensor broadcastable to (B, H, L, L) for every layer or
+        a sequence with one entry (or None) per layer.
+        """
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        x = self.embeddings(input_ids, token_type_ids)  # (B, L, d)
+        mask = None
+        if attention_mask is not None:  # padding keys get a large negative logit: (B, 1, 1, L)
+            mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
+        if attention_bias is None or isinstance(attention_bias, torch.Tensor):
+            attention_bias = [attention_bias] * len(self.layers)
+        attentions = []
+        for layer, extra in zip(self.layers, attention_bias, strict=True):
+            bias = mask if extra is None else (extra if mask is None else mask + extra)
+            x, probs = layer(x, bias, output_attentions)
+            attentions.append(probs)
+        pooled = torch.tanh(self.pooler(x[:, 0]))  # (B, d), from the [CLS] position
+        return BertOutput(x, pooled, tuple(attentions) if output_attentions else None)

@@ -1,0 +1,77 @@
+"""`python -m course_lib COMMAND ...`: the command line, built from the config dataclasses.
+
+Every option is a field of a config dataclass, so CLI, notebooks and YAML share one set of names and
+checks. Mistakes end with one line on stderr naming the bad value and the valid ones, and exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import typing
+
+from .config import FinetuneConfig
+from .errors import RunFailed, UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but its errors are one line that lists the valid options, and raise UsageError."""
+
+    def error(self, message: str):
+        raise UsageError(message)
+
+    def options(self) -> list[str]:
+        return sorted(o for a in self._actions for o in a.option_strings if o.startswith("--") and o != "--help")
+
+
+def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
+    hints = typing.get_type_hints(config_cls)
+    for f in dataclasses.fields(config_cls):
+        kinds = [t for t in (typing.get_args(hints[f.name]) or (hints[f.name],)) if t is not type(None)]
+        flag = "--" + f.name.replace("_", "-")
+        if kinds == [bool]:
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default)
+        else:
+            parser.add_argument(flag, dest=f.name, type=kinds[0], default=f.default, metavar=kinds[0].__name__.upper())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m course_lib", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    finetune = commands.add_parser("finetune", help="fine-tune BERT on a GLUE task")
+    _add_config_options(finetune, FinetuneConfig)
+    return parser
+
+
+def run(argv: list[str]) -> int:
+    parser = build_parser()
+    namespace, extra = parser.parse_known_args(argv)
+    args = vars(namespace)
+    command = args.pop("command")
+    commands = parser._subparsers._group_actions[0].choices
+    if command is None:
+        raise UsageError(f"missing command (valid: {', '.join(sorted(commands))})")
+    if extra:
+        raise UsageError(f"unknown option {extra[0]!r} for {command} "
+                         f"(valid: {', '.join(commands[command].options())})")
+    if command == "finetune":
+        from .train import finetune
+
+        result = finetune(FinetuneConfig.from_dict(args))
+        print(json.dumps({k: v for k, v in result.items() if k.startswith("dev")}, sort_keys=True))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return run(sys.argv[1:] if argv is None else argv)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except RunFailed as err:
+        print(f"run failed: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted: the last checkpoint is kept; run the same command to resume", file=sys.stderr)
+        return 130

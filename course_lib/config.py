@@ -1,0 +1,163 @@
+"""Configuration dataclasses, validated once.
+
+The same fields serve the CLI, notebook parameters and YAML files: `from_dict` rejects unknown keys and
+wrong types with a `UsageError` that names the bad key and the valid ones (papermill checks neither).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass, field
+
+from .errors import UsageError
+
+
+def _check_type(cls_name: str, name: str, value, annotation) -> None:
+    """Raise if `value` does not fit the field's annotation (int is accepted where float is expected)."""
+    allowed = typing.get_args(annotation) or (annotation,)
+    allowed = tuple(t for t in allowed if isinstance(t, type))
+    if float in allowed:
+        allowed = allowed + (int,)
+    if value is None and type(None) in allowed:
+        return
+    if isinstance(value, bool) and bool not in allowed:
+        ok = False
+    else:
+        ok = isinstance(value, allowed)
+    if not ok:
+        names = " or ".join("None" if t is type(None) else t.__name__ for t in allowed)
+        raise UsageError(f"{cls_name}.{name} must be {names}, got {value!r} ({type(value).__name__})")
+
+
+class Validated:
+    """Mixin: type checks on construction plus `from_dict` that refuses unknown keys."""
+
+    def __post_init__(self):
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            _check_type(type(self).__name__, f.name, getattr(self, f.name), hints[f.name])
+            if hints[f.name] is float and isinstance(getattr(self, f.name), int):
+                setattr(self, f.name, float(getattr(self, f.name)))
+        self.validate()
+
+    def validate(self) -> None:
+        """Range checks beyond types; subclasses override."""
+
+    @classmethod
+    def from_dict(cls, values: dict):
+        valid = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - valid)
+        if unknown:
+            raise UsageError(f"unknown {cls.__name__} option {unknown[0]!r} (valid: {', '.join(sorted(valid))})")
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _positive(obj, *names: str) -> None:
+    for name in names:
+        if getattr(obj, name) <= 0:
+            raise UsageError(f"{type(obj).__name__}.{name} must be > 0, got {getattr(obj, name)!r}")
+
+
+def _fraction(obj, *names: str) -> None:
+    for name in names:
+        if not 0.0 <= getattr(obj, name) < 1.0:
+            raise UsageError(f"{type(obj).__name__}.{name} must be in [0, 1), got {getattr(obj, name)!r}")
+
+
+@dataclass
+class BertConfig(Validated):
+    """Shape of a BERT encoder; field names follow Hugging Face's config.json so one reads into the other."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    attn_normalizer: str = "softmax"  # row normaliser, a name in course_lib.attention.NORMALIZERS
+
+    def validate(self) -> None:
+        from .attention import NORMALIZERS  # late import: attention imports nothing from here
+        from .errors import choice_error
+
+        _positive(self, "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                  "intermediate_size", "max_position_embeddings", "type_vocab_size")
+        _fraction(self, "hidden_dropout_prob", "attention_probs_dropout_prob")
+        if self.hidden_size % self.num_attention_heads:
+            raise UsageError(f"hidden_size {self.hidden_size} is not divisible by "
+                             f"num_attention_heads {self.num_attention_heads}")
+        if self.hidden_act not in ("gelu",):
+            raise choice_error("hidden_act", self.hidden_act, ["gelu"])
+        if self.attn_normalizer not in NORMALIZERS:
+            raise choice_error("attention normaliser", self.attn_normalizer, NORMALIZERS)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def from_hf_json(cls, path) -> "BertConfig":
+        """Read a Hugging Face config.json, keeping the fields we model and ignoring the rest."""
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+        if raw.get("model_type", "bert") != "bert":
+            raise UsageError(f"{path} describes a {raw['model_type']!r} model, not a BERT (model_type 'bert')")
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in names})
+
+
+@dataclass
+class FinetuneConfig(Validated):
+    """One GLUE fine-tuning run. Defaults follow the BERT paper's recipe (Devlin et al. 2019, App. A.3)."""
+
+    task: str = "sst2"
+    model: str | None = None  # None: the packaged MiniLM; else a Hugging Face BERT folder or hub id
+    glue_dir: str | None = None  # None: $GLUE_DIR, else the nyu-mll/glue dataset when online
+    output_dir: str = "runs/finetune"
+    max_train_samples: int | None = None
+    max_eval_samples: int | None = None
+    epochs: int = 3
+    max_len: int = 128
+    batch_size: int = 32
+    eval_batch_size: int = 128
+    lr: float = 2e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+    classifier_dropout: float = 0.1
+    bucket_by_length: bool = False
+    seed: int = 0
+    save_every: int = 0  # also checkpoint every N optimiser steps (0: end of each epoch only)
+    mixed_precision: str = "no"  # accelerate: no | fp16 | bf16
+    method: str = "vanilla"
+
+    def validate(self) -> None:
+        from .errors import choice_error
+
+        from .glue import get_task
+
+        get_task(self.task)
+        _positive(self, "epochs", "max_len", "batch_size", "eval_batch_size", "lr")
+        _fraction(self, "warmup_ratio", "classifier_dropout")
+        for name in ("max_train_samples", "max_eval_samples"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise UsageError(f"FinetuneConfig.{name} must be > 0, got {getattr(self, name)!r}")
+        if self.weight_decay < 0 or self.max_grad_norm < 0 or self.save_every < 0:
+            raise UsageError("weight_decay, max_grad_norm and save_every must be >= 0")
+        if self.mixed_precision not in ("no", "fp16", "bf16"):
+            raise choice_error("mixed precision", self.mixed_precision, ["no", "fp16", "bf16"])
+        if self.method not in METHODS:
+            raise choice_error("method", self.method, METHODS)
+
+
+METHODS = ("vanilla",)  # grows as the methods land (SSAF, ASA, SSA, AG)

@@ -1,0 +1,68 @@
+"""Seeding, atomic writes and progress bars: the one helper of each kind the whole library reuses."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch before the model is built, so CPU runs repeat exactly."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def atomic_write(path: str | os.PathLike, write) -> None:
+    """Call write(file_object) on a temporary file, fsync it, then rename it over `path`.
+
+    A kill at any moment leaves either the previous good file or the new complete one, never half of one.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)  # make the rename itself durable
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def write_json(path: str | os.PathLike, obj) -> None:
+    atomic_write(path, lambda f: f.write((json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()))
+
+
+def save_torch(path: str | os.PathLike, obj) -> None:
+    atomic_write(path, lambda f: torch.save(obj, f))
+
+
+def progress_disabled() -> bool:
+    """Bars only for a person watching: a terminal or a Jupyter kernel; off under CI or TQDM_DISABLE=1
+    (the batch runner sets it for papermill, and nbval runs under CI)."""
+    if os.environ.get("CI") or os.environ.get("TQDM_DISABLE"):
+        return True
+    return not (sys.stderr.isatty() or "ipykernel" in sys.modules)
+
+
+def progress(iterable=None, **kwargs):
+    """tqdm with the project's quiet rule; pass disable=False to force a bar."""
+    from tqdm.auto import tqdm
+
+    kwargs.setdefault("disable", progress_disabled())
+    kwargs.setdefault("dynamic_ncols", True)
+    return tqdm(iterable, **kwargs)

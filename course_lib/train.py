@@ -1,0 +1,192 @@
+"""GLUE fine-tuning on accelerate: the loop every method builds on.
+
+The recipe is BERT's (Devlin et al. 2019, App. A.3): AdamW with no weight decay on biases and LayerNorm,
+linear warmup then linear decay, gradient clipping. The run is a pure function of its config and seed:
+batch order comes from `glue.epoch_batches(seed, epoch)` and the dropout RNG is checkpointed, so a run
+killed at any step and started again with the same command ends with the same numbers.
+
+Output directory: `checkpoint.pt` (model, optimiser, schedule, RNG, position in the data) and
+`metrics.json` (config, per-epoch history, final dev metrics), both written atomically.
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+
+from . import glue
+from .config import FinetuneConfig
+from .errors import RunFailed, UsageError
+from .heads import SequenceClassifier
+from .metrics import compute_metrics
+from .repro import progress, save_torch, seed_everything, write_json
+from .weights import load_pretrained
+
+CHECKPOINT, METRICS = "checkpoint.pt", "metrics.json"
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Decay matrices only: biases and LayerNorm parameters (all 1-D) are left alone, as in BERT."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def linear_warmup_decay(optimizer, warmup_steps: int, total_steps: int):
+    """lr factor rises linearly 0 → 1 over warmup, then falls linearly to 0 at the last step."""
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return step / max(1, warmup_steps)
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def _to_device(batch: dict, device) -> dict:
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+@torch.no_grad()
+def predict(model: SequenceClassifier, features: list[dict], batch_size: int, accelerator: Accelerator,
+            pad_token_id: int = 0) -> torch.Tensor:
+    """Class ids (or regression values) for every feature, in order; batches are shared across processes."""
+    model.eval()
+    batches = glue.epoch_batches([len(f["input_ids"]) for f in features], batch_size, seed=0, epoch=0,
+                                 shuffle=False)
+    mine = batches[accelerator.process_index::accelerator.num_processes]
+    out = []
+    for rows in progress(mine, desc="eval", leave=False):
+        batch = _to_device(glue.collate([features[i] for i in rows], pad_token_id), accelerator.device)
+        logits, _ = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        preds = logits.squeeze(-1) if logits.shape[-1] == 1 else logits.argmax(-1)
+        out += list(zip(rows, preds.float().cpu().tolist()))
+    if accelerator.num_processes > 1:
+        out = [pair for part in accelerator.gather_object([out]) for pair in part]
+    preds = torch.empty(len(features))
+    for i, p in out:
+        preds[i] = p
+    return preds
+
+
+def evaluate(model, task: glue.GlueTask, dev_sets: dict[str, list[dict]], batch_size: int,
+             accelerator: Accelerator, pad_token_id: int = 0) -> dict[str, dict[str, float]]:
+    """Metrics per dev split, named as GLUE names them (accuracy, f1, matthews_correlation, ...)."""
+    results = {}
+    for split, features in dev_sets.items():
+        preds = predict(model, features, batch_size, accelerator, pad_token_id)
+        labels = [f["label"] for f in features]
+        if not task.is_regression:
+            preds = preds.long()
+        results[split] = compute_metrics(task.metrics, preds.numpy(), labels)
+    return results
+
+
+def _check_same_run(saved: dict, cfg: FinetuneConfig, path: Path) -> None:
+    """Refuse to resume a checkpoint made by a different configuration."""
+    mine = cfg.to_dict()
+    diff = sorted(k for k in mine if k != "output_dir" and saved.get(k) != mine[k])
+    if diff:
+        k = diff[0]
+        raise UsageError(f"{path} holds a different run's checkpoint ({k}={saved.get(k)!r}, this run has "
+                         f"{k}={mine[k]!r}); use another --output-dir or delete it")
+
+
+def finetune(cfg: FinetuneConfig) -> dict:
+    """Fine-tune, evaluate each epoch, checkpoint, resume; return the metrics.json content."""
+    out = Path(cfg.output_dir)
+    accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision)
+    seed_everything(cfg.seed)
+    task = glue.get_task(cfg.task)
+    train_examples = glue.subsample(glue.load_split(task, "train", cfg.glue_dir), cfg.max_train_samples, cfg.seed)
+    dev_examples = {s: glue.subsample(glue.load_split(task, s, cfg.glue_dir), cfg.max_eval_samples, cfg.seed)
+                    for s in task.dev_splits}
+
+    encoder, tokenizer = load_pretrained(cfg.model)
+    model = SequenceClassifier(encoder, task.num_labels, cfg.classifier_dropout)
+    pad_id = tokenizer.pad_token_id
+    train = glue.encode(train_examples, tokenizer, cfg.max_len)
+    dev = {s: glue.encode(ex, tokenizer, cfg.max_len) for s, ex in dev_examples.items()}
+    lengths = [len(f["input_ids"]) for f in train]
+
+    steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
+    total_steps = steps_per_epoch * cfg.epochs
+    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8)
+    scheduler = linear_warmup_decay(optimizer, round(cfg.warmup_ratio * total_steps), total_steps)
+
+    state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "history": [], "train_seconds": 0.0}
+    ckpt_path = out / CHECKPOINT
+    if ckpt_path.exists():
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        _check_same_run(ckpt["config"], cfg, out)
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scheduler.load_state_dict(ckpt["scheduler"])
+        state = ckpt["state"]
+        torch.set_rng_state(ckpt["rng"])
+        accelerator.print(f"resuming {out} at epoch {state['epoch'] + 1}, step {state['step_in_epoch']}")
+
+    model, optimizer = accelerator.prepare(model, optimizer)
+    base = accelerator.unwrap_model(model)
+
+    def save_checkpoint() -> None:
+        if accelerator.is_main_process:
+            save_torch(ckpt_path, {"config": cfg.to_dict(), "model": base.state_dict(),
+                                   "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                                   "state": state, "rng": torch.get_rng_state()})
+        accelerator.wait_for_everyone()
+
+    def write_metrics(status: str) -> dict:
+        result = {"config": cfg.to_dict(), "task": task.name, "status": status,
+                  "history": state["history"], "train_steps": state["global_step"],
+                  "train_examples": len(train), "timing": {"train_seconds": round(state["train_seconds"], 1)}}
+        if state["history"]:
+            result.update({k: v for k, v in state["history"][-1].items() if k.startswith("dev")})
+        if accelerator.is_main_process:
+            write_json(out / METRICS, result)
+        return result
+
+    while state["epoch"] < cfg.epochs:
+        epoch = state["epoch"]
+        batches = glue.epoch_batches(lengths, cfg.batch_size, cfg.seed, epoch, shuffle=True,
+                                     bucket=cfg.bucket_by_length)
+        model.train()
+        started = time.perf_counter()
+        bar = progress(total=steps_per_epoch, initial=state["step_in_epoch"], desc=f"epoch {epoch + 1}/{cfg.epochs}")
+        for rows in batches[state["step_in_epoch"]:]:
+            mine = rows[accelerator.process_index::accelerator.num_processes]  # split the batch across processes
+            batch = _to_device(glue.collate([train[i] for i in mine], pad_id), accelerator.device)
+            logits, _ = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+            loss = base.loss(logits, batch["labels"])
+            if not torch.isfinite(loss):
+                raise RunFailed(f"loss is {loss.item()} at epoch {epoch + 1}, step {state['step_in_epoch'] + 1}; "
+                                f"the last good checkpoint is kept in {ckpt_path} (try a lower --lr)")
+            accelerator.backward(loss)
+            if cfg.max_grad_norm > 0:
+                accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            state["step_in_epoch"] += 1
+            state["global_step"] += 1
+            state["epoch_loss"] = state.get("epoch_loss", 0.0) + loss.item()
+            bar.update()
+            bar.set_postfix(loss=f"{loss.item():.4f}")
+            if cfg.save_every and state["global_step"] % cfg.save_every == 0 \
+                    and state["step_in_epoch"] < steps_per_epoch:
+                state["train_seconds"] += time.perf_counter() - started
+                started = time.perf_counter()
+                save_checkpoint()
+        bar.close()
+        state["train_seconds"] += time.perf_counter() - started
+        dev_metrics = evaluate(model, task, dev, cfg.eval_batch_size, accelerator, pad_id)
+        entry = {"epoch": epoch + 1, "train_loss": state.pop("epoch_loss", 0.0) / steps_per_epoch}
+        entry.update({("dev" if s == "dev" else s): m for s, m in dev_metrics.items()})
+        state["history"].append(entry)
+        state.update(epoch=epoch + 1, step_in_epoch=0)
+        save_checkpoint()
+        write_metrics("running")
+        accelerator.print(f"epoch {epoch + 1}: " + ", ".join(
+            f"{s} {k} {v:.4f}" for s, m in dev_metrics.items() for k, v in m.items()))
+    return write_metrics("complete")

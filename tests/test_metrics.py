@@ -1,0 +1,96 @@
+"""GLUE metrics against cases small enough to compute by hand, and against identities."""
+
+import math
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from course_lib.errors import UsageError
+from course_lib.metrics import METRICS, compute_metrics
+
+# A binary confusion matrix written out by hand: tp=3, tn=2, fp=1, fn=2.
+LABELS = [1, 1, 1, 1, 1, 0, 0, 0]
+PREDS = [1, 1, 1, 0, 0, 0, 0, 1]
+TP, TN, FP, FN = 3, 2, 1, 2
+
+
+def test_confusion_matrix_metrics_match_their_formulas():
+    scores = compute_metrics(("accuracy", "f1", "matthews_correlation"), PREDS, LABELS)
+    precision, recall = TP / (TP + FP), TP / (TP + FN)
+    mcc = (TP * TN - FP * FN) / math.sqrt((TP + FP) * (TP + FN) * (TN + FP) * (TN + FN))
+    assert scores["accuracy"] == pytest.approx((TP + TN) / 8, abs=1e-12)
+    assert scores["f1"] == pytest.approx(2 * precision * recall / (precision + recall), abs=1e-12)
+    assert scores["matthews_correlation"] == pytest.approx(mcc, abs=1e-12)
+
+
+def test_correlations_match_their_formulas():
+    x, y = [1.0, 2.0, 3.0, 4.0], [1.0, 3.0, 2.0, 5.0]
+    mx, my = sum(x) / 4, sum(y) / 4
+    cov = sum((a - mx) * (b - my) for a, b in zip(x, y))
+    r = cov / math.sqrt(sum((a - mx) ** 2 for a in x) * sum((b - my) ** 2 for b in y))
+    # Ranks of y are 1, 3, 2, 4: no ties, so rho = 1 - 6 sum d^2 / (n (n^2 - 1)) with sum d^2 = 2.
+    rho = 1 - 6 * 2 / (4 * (4**2 - 1))
+    scores = compute_metrics(("pearson", "spearmanr"), x, y)
+    assert scores["pearson"] == pytest.approx(r, abs=1e-12)
+    assert scores["spearmanr"] == pytest.approx(rho, abs=1e-12)
+
+
+def test_perfect_predictions_score_one():
+    for name in ("accuracy", "f1", "matthews_correlation"):
+        assert compute_metrics((name,), LABELS, LABELS)[name] == 1.0
+    scores = [0.0, 1.5, 2.2, 4.8, 5.0]
+    assert compute_metrics(("pearson", "spearmanr"), scores, scores) == pytest.approx(
+        {"pearson": 1.0, "spearmanr": 1.0, "combined_score": 1.0}, abs=1e-12
+    )
+
+
+def test_rank_identities():
+    x = [0.5, 1.0, 2.0, 3.0, 4.5]
+    cubed = [v**3 for v in x]  # monotone, not linear: ranking perfect, Pearson below 1
+    assert compute_metrics(("spearmanr",), cubed, x)["spearmanr"] == pytest.approx(1.0, abs=1e-12)
+    assert compute_metrics(("pearson",), cubed, x)["pearson"] < 0.99
+    assert compute_metrics(("spearmanr",), x[::-1], x)["spearmanr"] == pytest.approx(-1.0, abs=1e-12)
+    inverted = [1 - y for y in LABELS]
+    assert compute_metrics(("matthews_correlation",), inverted, LABELS)["matthews_correlation"] == -1.0
+
+
+def test_constant_predictions_give_zero_without_warnings():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert compute_metrics(("pearson", "spearmanr"), [2.5] * 4, [0.0, 1.0, 2.0, 3.0]) == {
+            "pearson": 0.0,
+            "spearmanr": 0.0,
+            "combined_score": 0.0,
+        }
+        assert compute_metrics(("matthews_correlation",), [1] * 8, LABELS)["matthews_correlation"] == 0.0
+        assert compute_metrics(("f1",), [0] * 8, LABELS)["f1"] == 0.0
+
+
+def test_combined_score_only_with_several_metrics_and_plain_floats():
+    single = compute_metrics(("accuracy",), PREDS, LABELS)
+    assert list(single) == ["accuracy"]
+    both = compute_metrics(("accuracy", "f1"), PREDS, LABELS)
+    assert both["combined_score"] == pytest.approx((both["accuracy"] + both["f1"]) / 2, abs=1e-12)
+    assert all(type(v) is float for v in both.values())
+
+
+def test_metric_names_follow_glue():
+    assert set(METRICS) == {"accuracy", "f1", "matthews_correlation", "pearson", "spearmanr"}
+
+
+def test_bad_input():
+    with pytest.raises(UsageError, match=r"unknown metric 'f2' \(valid: accuracy, f1, "):
+        compute_metrics(("f2",), PREDS, LABELS)
+    with pytest.raises(ValueError, match="equally long"):
+        compute_metrics(("accuracy",), PREDS[:-1], LABELS)
+    with pytest.raises(ValueError, match="non-empty"):
+        compute_metrics(("accuracy",), [], [])
+
+
+def test_metrics_module_does_not_import_torch():
+    """Data and metrics must not know the model: importing metrics must not pull in torch."""
+    code = "import sys, course_lib.metrics; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
