@@ -1,10 +1,21 @@
-"""attention-lab's course library: a from-scratch BERT, pluggable attention and the methods built on it."""
+"""attention-lab's course library: a from-scratch BERT, pluggable attention and the methods built on it.
+
+The public names below are imported lazily, so light modules (metrics, glue's registry, plotting) can be
+used without paying for torch and transformers at import time.
+"""
 
 __version__ = "0.1.0"
 
-from .bert import BertModel, BertOutput  # noqa: E402
-from .config import BertConfig, FinetuneConfig  # noqa: E402
-from .errors import UsageError  # noqa: E402
-from .weights import load_pretrained  # noqa: E402
+_PUBLIC = {
+    "BertConfig": "config", "FinetuneConfig": "config", "UsageError": "errors",
+    "BertModel": "bert", "BertOutput": "bert", "load_pretrained": "weights",
+}
+__all__ = sorted(_PUBLIC)
 
-__all__ = ["BertConfig", "BertModel", "BertOutput", "FinetuneConfig", "UsageError", "load_pretrained"]
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
+    raise AttributeError(f"module 'course_lib' has no attribute {name!r}")

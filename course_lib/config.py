@@ -139,6 +139,7 @@ class FinetuneConfig(Validated):
     seed: int = 0
     save_every: int = 0  # also checkpoint every N optimiser steps (0: end of each epoch only)
     mixed_precision: str = "no"  # accelerate: no | fp16 | bf16
+    on_nonfinite_loss: str = "stop"  # stop: fail keeping the last good checkpoint; skip: drop that step
     method: str = "vanilla"
 
     def validate(self) -> None:
@@ -156,6 +157,8 @@ class FinetuneConfig(Validated):
             raise UsageError("weight_decay, max_grad_norm and save_every must be >= 0")
         if self.mixed_precision not in ("no", "fp16", "bf16"):
             raise choice_error("mixed precision", self.mixed_precision, ["no", "fp16", "bf16"])
+        if self.on_nonfinite_loss not in ("stop", "skip"):
+            raise choice_error("on_nonfinite_loss", self.on_nonfinite_loss, ["stop", "skip"])
         if self.method not in METHODS:
             raise choice_error("method", self.method, METHODS)
 

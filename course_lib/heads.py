@@ -26,8 +26,8 @@ class SequenceClassifier(nn.Module):
         out = self.encoder(input_ids, attention_mask, token_type_ids, **encoder_kwargs)
         return self.classifier(self.dropout(out.pooler_output)), out
 
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
         """Cross-entropy for classes, mean squared error for regression (as run_glue does)."""
         if self.num_labels == 1:
-            return nn.functional.mse_loss(logits.squeeze(-1).float(), labels.float())
-        return nn.functional.cross_entropy(logits.float(), labels)
+            return nn.functional.mse_loss(logits.squeeze(-1).float(), labels.float(), reduction=reduction)
+        return nn.functional.cross_entropy(logits.float(), labels, reduction=reduction)

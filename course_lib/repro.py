@@ -43,6 +43,12 @@ def atomic_write(path: str | os.PathLike, write) -> None:
         os.close(dir_fd)
 
 
+def remove_stale_temporaries(folder: str | os.PathLike) -> None:
+    """Delete the temporary files of writes that a kill interrupted (the finished files are intact)."""
+    for tmp in Path(folder).glob(".*.tmp"):
+        tmp.unlink(missing_ok=True)
+
+
 def write_json(path: str | os.PathLike, obj) -> None:
     atomic_write(path, lambda f: f.write((json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()))
 

@@ -22,7 +22,7 @@ from .config import FinetuneConfig
 from .errors import RunFailed, UsageError
 from .heads import SequenceClassifier
 from .metrics import compute_metrics
-from .repro import progress, save_torch, seed_everything, write_json
+from .repro import progress, remove_stale_temporaries, save_torch, seed_everything, write_json
 from .weights import load_pretrained
 
 CHECKPOINT, METRICS = "checkpoint.pt", "metrics.json"
@@ -83,6 +83,23 @@ def evaluate(model, task: glue.GlueTask, dev_sets: dict[str, list[dict]], batch_
     return results
 
 
+def _batch_loss(model, base: SequenceClassifier, features: list[dict], pad_id: int, accelerator: Accelerator):
+    """Mean loss over the whole batch, whose rows are split across processes.
+
+    Each process returns (sum of its rows' losses) * P / N; averaging gradients across the P processes,
+    as DDP does, then gives exactly the single-process gradient of the batch mean, however the rows fall.
+    A process left without rows (a last batch smaller than P) runs one row with weight 0 so DDP can sync.
+    """
+    P, N = accelerator.num_processes, len(features)
+    mine = features[accelerator.process_index::P]
+    weight = P / N
+    if not mine:
+        mine, weight = features[:1], 0.0
+    batch = _to_device(glue.collate(mine, pad_id), accelerator.device)
+    logits, _ = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    return base.loss(logits, batch["labels"], reduction="sum") * weight
+
+
 def _check_same_run(saved: dict, cfg: FinetuneConfig, path: Path) -> None:
     """Refuse to resume a checkpoint made by a different configuration."""
     mine = cfg.to_dict()
@@ -117,6 +134,8 @@ def finetune(cfg: FinetuneConfig) -> dict:
 
     state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "history": [], "train_seconds": 0.0}
     ckpt_path = out / CHECKPOINT
+    if accelerator.is_main_process and out.is_dir():
+        remove_stale_temporaries(out)
     if ckpt_path.exists():
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
         _check_same_run(ckpt["config"], cfg, out)
@@ -140,6 +159,7 @@ def finetune(cfg: FinetuneConfig) -> dict:
     def write_metrics(status: str) -> dict:
         result = {"config": cfg.to_dict(), "task": task.name, "status": status,
                   "history": state["history"], "train_steps": state["global_step"],
+                  "skipped_steps": state.get("skipped_steps", 0),
                   "train_examples": len(train), "timing": {"train_seconds": round(state["train_seconds"], 1)}}
         if state["history"]:
             result.update({k: v for k, v in state["history"][-1].items() if k.startswith("dev")})
@@ -155,24 +175,26 @@ def finetune(cfg: FinetuneConfig) -> dict:
         started = time.perf_counter()
         bar = progress(total=steps_per_epoch, initial=state["step_in_epoch"], desc=f"epoch {epoch + 1}/{cfg.epochs}")
         for rows in batches[state["step_in_epoch"]:]:
-            mine = rows[accelerator.process_index::accelerator.num_processes]  # split the batch across processes
-            batch = _to_device(glue.collate([train[i] for i in mine], pad_id), accelerator.device)
-            logits, _ = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-            loss = base.loss(logits, batch["labels"])
-            if not torch.isfinite(loss):
-                raise RunFailed(f"loss is {loss.item()} at epoch {epoch + 1}, step {state['step_in_epoch'] + 1}; "
-                                f"the last good checkpoint is kept in {ckpt_path} (try a lower --lr)")
-            accelerator.backward(loss)
-            if cfg.max_grad_norm > 0:
-                accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            optimizer.step()
+            loss = _batch_loss(model, base, [train[i] for i in rows], pad_id, accelerator)
+            batch_loss = accelerator.reduce(loss.detach().clone(), reduction="mean").item()  # same on every process
+            if math.isfinite(batch_loss):
+                accelerator.backward(loss)
+                if cfg.max_grad_norm > 0:
+                    accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                state["epoch_loss"] = state.get("epoch_loss", 0.0) + batch_loss
+            elif cfg.on_nonfinite_loss == "skip":
+                state["skipped_steps"] = state.get("skipped_steps", 0) + 1
+            else:
+                raise RunFailed(f"loss is {batch_loss} at epoch {epoch + 1}, step {state['step_in_epoch'] + 1}; "
+                                f"the last good checkpoint is kept in {ckpt_path} (try a lower --lr, or "
+                                f"--on-nonfinite-loss skip)")
             scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
             state["step_in_epoch"] += 1
             state["global_step"] += 1
-            state["epoch_loss"] = state.get("epoch_loss", 0.0) + loss.item()
             bar.update()
-            bar.set_postfix(loss=f"{loss.item():.4f}")
+            bar.set_postfix(loss=f"{batch_loss:.4f}")
             if cfg.save_every and state["global_step"] % cfg.save_every == 0 \
                     and state["step_in_epoch"] < steps_per_epoch:
                 state["train_seconds"] += time.perf_counter() - started

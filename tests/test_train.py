@@ -1,0 +1,177 @@
+"""The fine-tuning loop: determinism, resume after SIGKILL, refusal of foreign checkpoints, faults, quality."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_lib.config import FinetuneConfig
+from course_lib.errors import RunFailed, UsageError
+from course_lib.train import finetune
+
+ROOT = Path(__file__).resolve().parents[1]
+GOOD, BAD = ["good", "great", "fine", "superb"], ["bad", "awful", "poor", "dull"]
+FILLER = "the a movie film plot actors story was is and it this".split()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, minilm_dir) -> Path:
+    """A 2-layer, d=32 BERT with random weights and the real uncased vocabulary: seconds per run."""
+    import transformers
+
+    folder = tmp_path_factory.mktemp("tiny_bert")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=64)
+    transformers.BertModel(config).save_pretrained(folder)
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (folder / name).write_bytes((minilm_dir / name).read_bytes())
+    return folder
+
+
+@pytest.fixture(scope="session")
+def keyword_glue(tmp_path_factory) -> Path:
+    """An SST-2-shaped folder whose label is carried by one sentiment word among filler words."""
+    root = tmp_path_factory.mktemp("glue")
+    rng = random.Random(0)
+    (root / "SST-2").mkdir()
+    for split, n in (("train", 192), ("dev", 64)):
+        lines = ["sentence\tlabel"]
+        for _ in range(n):
+            label = rng.randint(0, 1)
+            words = rng.choices(FILLER, k=rng.randint(3, 12))
+            words.insert(rng.randint(0, len(words)), rng.choice(GOOD if label else BAD))
+            lines.append(f"{' '.join(words)}\t{label}")
+        (root / "SST-2" / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def tiny_args(model_dir, glue_dir, out, **extra) -> list[str]:
+    args = {"task": "sst2", "model": str(model_dir), "glue_dir": str(glue_dir), "output_dir": str(out),
+            "epochs": 3, "batch_size": 16, "max_len": 32, "lr": 1e-3, "warmup_ratio": 0.1, "seed": 0, **extra}
+    return [x for k, v in args.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+
+
+def run_cli(args, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CI": "true", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "course_lib", "finetune", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, **kwargs)
+
+
+def numbers(path: Path) -> dict:
+    """metrics.json without the wall-clock timing, which is the one thing allowed to differ."""
+    result = json.loads((path / "metrics.json").read_text())
+    result.pop("timing")
+    result["config"].pop("output_dir")
+    return result
+
+
+def test_same_command_twice_gives_identical_metrics(tiny_model_dir, keyword_glue, tmp_path):
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for out in runs:
+        cfg = FinetuneConfig.from_dict({"task": "sst2", "model": str(tiny_model_dir), "glue_dir": str(keyword_glue),
+                                        "output_dir": str(out), "epochs": 2, "batch_size": 16, "max_len": 32,
+                                        "lr": 1e-3})
+        finetune(cfg)
+    first, second = numbers(runs[0]), numbers(runs[1])
+    assert first == second
+    assert first["status"] == "complete" and len(first["history"]) == 2
+
+
+def test_resume_after_sigkill_matches_an_uninterrupted_run(tiny_model_dir, keyword_glue, tmp_path):
+    reference = run_cli(tiny_args(tiny_model_dir, keyword_glue, tmp_path / "ref", save_every=2))
+    assert reference.returncode == 0, reference.stderr
+    killed_dir = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "course_lib", "finetune",
+                             *tiny_args(tiny_model_dir, keyword_glue, killed_dir, save_every=2)],
+                            cwd=ROOT, env={**os.environ, "CI": "true", "HF_HUB_OFFLINE": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    kill_after = random.Random().randint(3, 25)  # optimiser steps: 36 in all over 3 epochs
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        ckpt = killed_dir / "checkpoint.pt"
+        if ckpt.exists():
+            try:
+                if torch.load(ckpt, weights_only=False)["state"]["global_step"] >= kill_after:
+                    break
+            except Exception:
+                pass  # a rename is atomic, but the file can be replaced while we read it
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    state = torch.load(killed_dir / "checkpoint.pt", weights_only=False)["state"]
+    assert state["global_step"] < 36, "the run finished before it could be killed"
+    resumed = run_cli(tiny_args(tiny_model_dir, keyword_glue, killed_dir, save_every=2))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming" in resumed.stdout
+    assert numbers(killed_dir) == numbers(tmp_path / "ref")
+    assert not list(killed_dir.glob(".*.tmp")), "a temporary file was left behind"
+
+
+def test_refuses_a_different_runs_checkpoint(tiny_model_dir, keyword_glue, tmp_path):
+    assert run_cli(tiny_args(tiny_model_dir, keyword_glue, tmp_path, epochs=1)).returncode == 0
+    other = run_cli(tiny_args(tiny_model_dir, keyword_glue, tmp_path, epochs=1, lr=5e-4))
+    assert other.returncode == 2
+    assert other.stderr.strip().count("\n") == 0, "the error must be one line"
+    assert "different run's checkpoint (lr=0.001" in other.stderr
+
+
+def test_nonfinite_loss_stops_and_keeps_the_checkpoint(tiny_model_dir, keyword_glue, tmp_path):
+    result = run_cli(tiny_args(tiny_model_dir, keyword_glue, tmp_path, lr=1e30, max_grad_norm=0, save_every=1))
+    assert result.returncode == 1
+    assert "loss is nan" in result.stderr or "loss is inf" in result.stderr
+    assert "Traceback" not in result.stderr
+    torch.load(tmp_path / "checkpoint.pt", weights_only=False)  # still a readable checkpoint
+    skipped = run_cli(tiny_args(tiny_model_dir, keyword_glue, tmp_path / "skip", lr=1e30, max_grad_norm=0,
+                                on_nonfinite_loss="skip"))
+    assert skipped.returncode == 0, skipped.stderr
+    assert json.loads((tmp_path / "skip" / "metrics.json").read_text())["skipped_steps"] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--task", "sst3"], "unknown GLUE task 'sst3' (valid: cola, mnli"),
+    (["--method", "magic"], "unknown method 'magic' (valid: vanilla"),
+    (["--epochs", "two"], "argument --epochs: invalid int value: 'two'"),
+    (["--frobnicate", "1"], "unknown option '--frobnicate' for finetune (valid: --batch-size"),
+    (["--lr", "-1"], "FinetuneConfig.lr must be > 0, got -1.0"),
+    (["--glue-dir", "/nonexistent/glue"], "/nonexistent/glue"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    result = run_cli(args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
+
+
+def test_config_rejects_unknown_keys_and_wrong_types():
+    with pytest.raises(UsageError, match="unknown FinetuneConfig option 'epoch'"):
+        FinetuneConfig.from_dict({"epoch": 3})
+    with pytest.raises(UsageError, match="FinetuneConfig.epochs must be int, got '3'"):
+        FinetuneConfig.from_dict({"epochs": "3"})
+    with pytest.raises(UsageError, match="bucket_by_length must be bool"):
+        FinetuneConfig.from_dict({"bucket_by_length": 1})
+
+
+@pytest.mark.glue
+def test_loss_falls_on_real_sst2(glue_dir, tmp_path):
+    cfg = FinetuneConfig(task="sst2", glue_dir=str(glue_dir), output_dir=str(tmp_path), max_train_samples=384,
+                         max_eval_samples=200, epochs=2, max_len=64, batch_size=32, lr=5e-5)
+    result = finetune(cfg)
+    losses = [h["train_loss"] for h in result["history"]]
+    assert losses[1] < losses[0] < 0.75
+    assert result["dev"]["accuracy"] > 0.7
+
+
+@pytest.mark.glue
+@pytest.mark.slow
+def test_sst2_recipe_reaches_083(glue_dir, tmp_path):
+    """The issue's recipe: 4,000 SST-2 examples, 2 epochs, length 64, batch 32, lr 5e-5, 6% warmup."""
+    cfg = FinetuneConfig(task="sst2", glue_dir=str(glue_dir), output_dir=str(tmp_path), max_train_samples=4000,
+                         epochs=2, max_len=64, batch_size=32, lr=5e-5, warmup_ratio=0.06, seed=0)
+    assert finetune(cfg)["dev"]["accuracy"] >= 0.83
