@@ -13,14 +13,17 @@ Parameter names are our own; `course_lib.weights` maps Hugging Face checkpoints 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import attend
+from .attention import attend, get_normalizer
 from .config import BertConfig
+
+
+BiasHook = Callable[[int, torch.Tensor], "torch.Tensor | None"]
 
 
 @dataclass
@@ -51,7 +54,7 @@ class SelfAttention(nn.Module):
     def __init__(self, cfg: BertConfig):
         super().__init__()
         self.num_heads, self.head_dim = cfg.num_attention_heads, cfg.head_dim
-        self.normalizer = cfg.attn_normalizer
+        self.normalize = get_normalizer(cfg.attn_normalizer, **cfg.normalizer_params())
         self.attn_dropout = cfg.attention_probs_dropout_prob
         self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size)
         self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size)
@@ -63,7 +66,7 @@ class SelfAttention(nn.Module):
         # (B, L, 3d) → (3, B, H, L, d_h): split heads once for Q, K and V together.
         q, k, v = self.qkv(x).view(B, L, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         dropout_p = self.attn_dropout if self.training else 0.0
-        context, probs = attend(q, k, v, bias, self.normalizer, dropout_p, need_weights)  # (B, H, L, d_h)
+        context, probs = attend(q, k, v, bias, self.normalize, dropout_p, need_weights)  # (B, H, L, d_h)
         context = context.transpose(1, 2).reshape(B, L, d)  # merge heads: (B, L, d)
         return self.norm(x + self.dropout(self.out(context))), probs
 
@@ -117,11 +120,13 @@ class BertModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_attentions: bool = False,
-                attention_bias: torch.Tensor | Sequence[torch.Tensor | None] | None = None) -> BertOutput:
+                attention_bias: torch.Tensor | Sequence[torch.Tensor | None] | BiasHook | None = None,
+                ) -> BertOutput:
         """input_ids, attention_mask (1 = real token), token_type_ids: (B, L).
 
-        attention_bias: extra additive logits, one tensor broadcastable to (B, H, L, L) for every layer or
-        a sequence with one entry (or None) per layer.
+        attention_bias: extra additive logits, one tensor broadcastable to (B, H, L, L) for every layer, a
+        sequence with one entry (or None) per layer, or a hook `f(layer_index, layer_input)` that computes
+        each layer's bias from that layer's input (B, L, d) during the pass (ASA's adversaries).
         """
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
@@ -131,8 +136,11 @@ class BertModel(nn.Module):
             mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
         if attention_bias is None or isinstance(attention_bias, torch.Tensor):
             attention_bias = [attention_bias] * len(self.layers)
+        if not callable(attention_bias) and len(attention_bias) != len(self.layers):
+            raise ValueError(f"attention_bias has {len(attention_bias)} entries for {len(self.layers)} layers")
         attentions = []
-        for layer, extra in zip(self.layers, attention_bias, strict=True):
+        for i, layer in enumerate(self.layers):
+            extra = attention_bias(i, x) if callable(attention_bias) else attention_bias[i]
             bias = mask if extra is None else (extra if mask is None else mask + extra)
             x, probs = layer(x, bias, output_attentions)
             attentions.append(probs)

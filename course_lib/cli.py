@@ -41,6 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     finetune = commands.add_parser("finetune", help="fine-tune BERT on a GLUE task")
     _add_config_options(finetune, FinetuneConfig)
+    bench = commands.add_parser("bench", help="benchmarks, measured side by side in one process")
+    bench.add_argument("what", choices=["speed"], help="speed: our encoder vs Hugging Face's BertModel")
+    bench.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
+    bench.add_argument("--model", default=None, help="BERT folder or hub id (default: the packaged MiniLM)")
+    bench.add_argument("--batch-size", type=int, default=32)
+    bench.add_argument("--seq-lens", type=int, nargs="+", default=[64, 128])
+    bench.add_argument("--repeats", type=int, default=10)
     return parser
 
 
@@ -60,6 +67,10 @@ def run(argv: list[str]) -> int:
 
         result = finetune(FinetuneConfig.from_dict(args))
         print(json.dumps({k: v for k, v in result.items() if k.startswith("dev")}, sort_keys=True))
+    elif command == "bench":
+        from . import bench
+
+        bench.main(namespace)
     return 0
 
 

@@ -85,6 +85,7 @@ class BertConfig(Validated):
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
     attn_normalizer: str = "softmax"  # row normaliser, a name in course_lib.attention.NORMALIZERS
+    sparsegen_lambda: float = 0.0  # sparsegen-lin's lambda (SSAF, Cui et al. 2019); must be < 1
 
     def validate(self) -> None:
         from .attention import NORMALIZERS  # late import: attention imports nothing from here
@@ -100,6 +101,12 @@ class BertConfig(Validated):
             raise choice_error("hidden_act", self.hidden_act, ["gelu"])
         if self.attn_normalizer not in NORMALIZERS:
             raise choice_error("attention normaliser", self.attn_normalizer, NORMALIZERS)
+        if not self.sparsegen_lambda < 1:
+            raise UsageError(f"sparsegen_lambda must be < 1, got {self.sparsegen_lambda!r}")
+
+    def normalizer_params(self) -> dict:
+        """Keyword arguments of the chosen normaliser."""
+        return {"lam": self.sparsegen_lambda} if self.attn_normalizer == "sparsegen_lin" else {}
 
     @property
     def head_dim(self) -> int:
@@ -141,6 +148,10 @@ class FinetuneConfig(Validated):
     mixed_precision: str = "no"  # accelerate: no | fp16 | bf16
     on_nonfinite_loss: str = "stop"  # stop: fail keeping the last good checkpoint; skip: drop that step
     method: str = "vanilla"
+    sparsegen_lambda: float = -4.0  # ssaf: sparsegen-lin's lambda (Cui et al. 2019 use -4 on SST-2)
+    asa_tau: float = 0.3  # asa: keep-count penalty weight, applied as tau^2 (Wu et al. 2023, Table 5: 0.3)
+    asa_noise: str = "none"  # asa: none = the authors' deterministic step; logistic = binary Concrete sample
+    bernoulli_p: float = 0.1  # bernoulli-mask: probability of cutting each attention unit (paper: 0.05, 0.1)
 
     def validate(self) -> None:
         from .errors import choice_error
@@ -157,10 +168,17 @@ class FinetuneConfig(Validated):
             raise UsageError("weight_decay, max_grad_norm and save_every must be >= 0")
         if self.mixed_precision not in ("no", "fp16", "bf16"):
             raise choice_error("mixed precision", self.mixed_precision, ["no", "fp16", "bf16"])
+        if not self.sparsegen_lambda < 1:
+            raise UsageError(f"FinetuneConfig.sparsegen_lambda must be < 1, got {self.sparsegen_lambda!r}")
+        if self.asa_tau < 0 or not 0 <= self.bernoulli_p < 1:
+            raise UsageError(f"asa_tau must be >= 0 and bernoulli_p in [0, 1), got {self.asa_tau!r}, "
+                             f"{self.bernoulli_p!r}")
+        if self.asa_noise not in ("none", "logistic"):
+            raise choice_error("asa_noise", self.asa_noise, ["none", "logistic"])
         if self.on_nonfinite_loss not in ("stop", "skip"):
             raise choice_error("on_nonfinite_loss", self.on_nonfinite_loss, ["stop", "skip"])
         if self.method not in METHODS:
             raise choice_error("method", self.method, METHODS)
 
 
-METHODS = ("vanilla",)  # grows as the methods land (SSAF, ASA, SSA, AG)
+METHODS = ("vanilla", "ssaf", "asa", "bernoulli-mask")  # grows as the methods land (SSA, AG)

@@ -1,16 +1,27 @@
 """Task heads on top of the encoder."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 from torch import nn
 
-from .bert import BertModel
+from .bert import BertModel, BertOutput
+
+
+@dataclass
+class ClassifierOutput:
+    logits: torch.Tensor  # (B, num_labels)
+    loss: torch.Tensor | None = None  # the training objective, when labels are given
+    stats: dict = field(default_factory=dict)  # method-specific numbers to log (masking proportion, ...)
 
 
 class SequenceClassifier(nn.Module):
     """BERT's sentence-level head (Devlin et al. 2019, Sec. 4.1): dropout(pooled [CLS]) → linear.
 
-    num_labels = 1 makes it a regressor (STS-B). Returns (logits (B, num_labels), encoder output).
+    num_labels = 1 makes it a regressor (STS-B). Like Hugging Face's task models, `forward` computes the
+    training loss when labels are given, so method subclasses can change the objective behind one call
+    (which is also what DistributedDataParallel needs).
     """
 
     def __init__(self, encoder: BertModel, num_labels: int, dropout: float = 0.1):
@@ -22,12 +33,17 @@ class SequenceClassifier(nn.Module):
         nn.init.normal_(self.classifier.weight, std=0.02)
         nn.init.zeros_(self.classifier.bias)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, **encoder_kwargs):
+    def logits(self, input_ids, attention_mask=None, token_type_ids=None,
+               **encoder_kwargs) -> tuple[torch.Tensor, BertOutput]:
         out = self.encoder(input_ids, attention_mask, token_type_ids, **encoder_kwargs)
         return self.classifier(self.dropout(out.pooler_output)), out
 
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> ClassifierOutput:
+        logits, _ = self.logits(input_ids, attention_mask, token_type_ids)
+        return ClassifierOutput(logits, None if labels is None else self.loss(logits, labels))
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Cross-entropy for classes, mean squared error for regression (as run_glue does)."""
         if self.num_labels == 1:
-            return nn.functional.mse_loss(logits.squeeze(-1).float(), labels.float(), reduction=reduction)
-        return nn.functional.cross_entropy(logits.float(), labels, reduction=reduction)
+            return nn.functional.mse_loss(logits.squeeze(-1).float(), labels.float())
+        return nn.functional.cross_entropy(logits.float(), labels)

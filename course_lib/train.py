@@ -17,9 +17,10 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 
-from . import glue
+from . import glue, ssaf
 from .config import FinetuneConfig
 from .errors import RunFailed, UsageError
+from .asa import ASAClassifier
 from .heads import SequenceClassifier
 from .metrics import compute_metrics
 from .repro import progress, remove_stale_temporaries, save_torch, seed_everything, write_json
@@ -59,7 +60,7 @@ def predict(model: SequenceClassifier, features: list[dict], batch_size: int, ac
     out = []
     for rows in progress(mine, desc="eval", leave=False):
         batch = _to_device(glue.collate([features[i] for i in rows], pad_token_id), accelerator.device)
-        logits, _ = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
         preds = logits.squeeze(-1) if logits.shape[-1] == 1 else logits.argmax(-1)
         out += list(zip(rows, preds.float().cpu().tolist()))
     if accelerator.num_processes > 1:
@@ -83,21 +84,43 @@ def evaluate(model, task: glue.GlueTask, dev_sets: dict[str, list[dict]], batch_
     return results
 
 
-def _batch_loss(model, base: SequenceClassifier, features: list[dict], pad_id: int, accelerator: Accelerator):
-    """Mean loss over the whole batch, whose rows are split across processes.
+def encoder_overrides(cfg: FinetuneConfig) -> dict:
+    """How a method changes the pretrained encoder's config (attention normaliser, ...)."""
+    if cfg.method == "ssaf":
+        return ssaf.encoder_overrides(cfg.sparsegen_lambda)
+    return {}
 
-    Each process returns (sum of its rows' losses) * P / N; averaging gradients across the P processes,
+
+def build_classifier(cfg: FinetuneConfig, encoder, num_labels: int) -> SequenceClassifier:
+    """The task model for the method: the plain head, or one whose training objective the method changes."""
+    if cfg.method in ("asa", "bernoulli-mask"):
+        return ASAClassifier(encoder, num_labels, cfg.classifier_dropout, mode=cfg.method.split("-")[0],
+                             asa_tau=cfg.asa_tau, asa_noise=cfg.asa_noise, bernoulli_p=cfg.bernoulli_p)
+    return SequenceClassifier(encoder, num_labels, cfg.classifier_dropout)
+
+
+def _batch_loss(model, features: list[dict], pad_id: int, accelerator: Accelerator):
+    """The batch-mean training loss, with the batch's rows split across processes; returns (loss, stats).
+
+    Each process returns its rows' mean loss * n_p * P / N; averaging gradients across the P processes,
     as DDP does, then gives exactly the single-process gradient of the batch mean, however the rows fall.
     A process left without rows (a last batch smaller than P) runs one row with weight 0 so DDP can sync.
     """
     P, N = accelerator.num_processes, len(features)
     mine = features[accelerator.process_index::P]
-    weight = P / N
+    weight = len(mine) * P / N
     if not mine:
         mine, weight = features[:1], 0.0
     batch = _to_device(glue.collate(mine, pad_id), accelerator.device)
-    logits, _ = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-    return base.loss(logits, batch["labels"], reduction="sum") * weight
+    out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"])
+    return out.loss * weight, out.stats
+
+
+def _accumulate(totals: dict, stats: dict) -> None:
+    """Add a step's method statistics (numbers or per-layer lists) to the epoch's running sums."""
+    for key, value in stats.items():
+        totals[key] = (torch.tensor(totals[key], dtype=torch.float64) + torch.tensor(value, dtype=torch.float64)
+                       ).tolist() if key in totals else value
 
 
 def _check_same_run(saved: dict, cfg: FinetuneConfig, path: Path) -> None:
@@ -120,8 +143,8 @@ def finetune(cfg: FinetuneConfig) -> dict:
     dev_examples = {s: glue.subsample(glue.load_split(task, s, cfg.glue_dir), cfg.max_eval_samples, cfg.seed)
                     for s in task.dev_splits}
 
-    encoder, tokenizer = load_pretrained(cfg.model)
-    model = SequenceClassifier(encoder, task.num_labels, cfg.classifier_dropout)
+    encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
+    model = build_classifier(cfg, encoder, task.num_labels)
     pad_id = tokenizer.pad_token_id
     train = glue.encode(train_examples, tokenizer, cfg.max_len)
     dev = {s: glue.encode(ex, tokenizer, cfg.max_len) for s, ex in dev_examples.items()}
@@ -175,7 +198,7 @@ def finetune(cfg: FinetuneConfig) -> dict:
         started = time.perf_counter()
         bar = progress(total=steps_per_epoch, initial=state["step_in_epoch"], desc=f"epoch {epoch + 1}/{cfg.epochs}")
         for rows in batches[state["step_in_epoch"]:]:
-            loss = _batch_loss(model, base, [train[i] for i in rows], pad_id, accelerator)
+            loss, stats = _batch_loss(model, [train[i] for i in rows], pad_id, accelerator)
             batch_loss = accelerator.reduce(loss.detach().clone(), reduction="mean").item()  # same on every process
             if math.isfinite(batch_loss):
                 accelerator.backward(loss)
@@ -184,6 +207,7 @@ def finetune(cfg: FinetuneConfig) -> dict:
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 state["epoch_loss"] = state.get("epoch_loss", 0.0) + batch_loss
+                _accumulate(state.setdefault("epoch_stats", {}), stats)
             elif cfg.on_nonfinite_loss == "skip":
                 state["skipped_steps"] = state.get("skipped_steps", 0) + 1
             else:
@@ -204,6 +228,8 @@ def finetune(cfg: FinetuneConfig) -> dict:
         state["train_seconds"] += time.perf_counter() - started
         dev_metrics = evaluate(model, task, dev, cfg.eval_batch_size, accelerator, pad_id)
         entry = {"epoch": epoch + 1, "train_loss": state.pop("epoch_loss", 0.0) / steps_per_epoch}
+        entry.update({k: (torch.tensor(v, dtype=torch.float64) / steps_per_epoch).tolist()
+                      for k, v in state.pop("epoch_stats", {}).items()})  # e.g. ASA's masking proportion per layer
         entry.update({("dev" if s == "dev" else s): m for s, m in dev_metrics.items()})
         state["history"].append(entry)
         state.update(epoch=epoch + 1, step_in_epoch=0)

@@ -1,4 +1,5 @@
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -34,3 +35,39 @@ def sentences() -> list[str]:
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(0)
+
+
+GOOD, BAD = ["good", "great", "fine", "superb"], ["bad", "awful", "poor", "dull"]
+FILLER = "the a movie film plot actors story was is and it this".split()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, minilm_dir) -> Path:
+    """A 2-layer, d=32 BERT with random weights and the real uncased vocabulary: seconds per run."""
+    import transformers
+
+    folder = tmp_path_factory.mktemp("tiny_bert")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=64)
+    transformers.BertModel(config).save_pretrained(folder)
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (folder / name).write_bytes((minilm_dir / name).read_bytes())
+    return folder
+
+
+@pytest.fixture(scope="session")
+def keyword_glue(tmp_path_factory) -> Path:
+    """An SST-2-shaped folder whose label is carried by one sentiment word among filler words."""
+    root = tmp_path_factory.mktemp("glue")
+    rng = random.Random(0)
+    (root / "SST-2").mkdir()
+    for split, n in (("train", 192), ("dev", 64)):
+        lines = ["sentence\tlabel"]
+        for _ in range(n):
+            label = rng.randint(0, 1)
+            words = rng.choices(FILLER, k=rng.randint(3, 12))
+            words.insert(rng.randint(0, len(words)), rng.choice(GOOD if label else BAD))
+            lines.append(f"{' '.join(words)}\t{label}")
+        (root / "SST-2" / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+    return root

@@ -97,8 +97,7 @@ def test_one_adamw_step_updates_weights_like_hugging_face(minilm_dir, batch):
     assert [len(g["params"]) for g in hf_groups][1] == sum(p.ndim == 1 for p in ref.parameters())
 
     before = model.encoder.pooler.weight.detach().clone()
-    logits, _ = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-    model.loss(logits, labels).backward()
+    model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=labels).loss.backward()
     ref(**batch, labels=labels).loss.backward()
     for params, opt in ((model.parameters(), ours_opt), (ref.parameters(), hf_opt)):
         torch.nn.utils.clip_grad_norm_(list(params), 1.0)

@@ -12,44 +12,10 @@ import pytest
 import torch
 
 from course_lib.config import FinetuneConfig
-from course_lib.errors import RunFailed, UsageError
+from course_lib.errors import UsageError
 from course_lib.train import finetune
 
 ROOT = Path(__file__).resolve().parents[1]
-GOOD, BAD = ["good", "great", "fine", "superb"], ["bad", "awful", "poor", "dull"]
-FILLER = "the a movie film plot actors story was is and it this".split()
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory, minilm_dir) -> Path:
-    """A 2-layer, d=32 BERT with random weights and the real uncased vocabulary: seconds per run."""
-    import transformers
-
-    folder = tmp_path_factory.mktemp("tiny_bert")
-    torch.manual_seed(0)
-    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=64, max_position_embeddings=64)
-    transformers.BertModel(config).save_pretrained(folder)
-    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        (folder / name).write_bytes((minilm_dir / name).read_bytes())
-    return folder
-
-
-@pytest.fixture(scope="session")
-def keyword_glue(tmp_path_factory) -> Path:
-    """An SST-2-shaped folder whose label is carried by one sentiment word among filler words."""
-    root = tmp_path_factory.mktemp("glue")
-    rng = random.Random(0)
-    (root / "SST-2").mkdir()
-    for split, n in (("train", 192), ("dev", 64)):
-        lines = ["sentence\tlabel"]
-        for _ in range(n):
-            label = rng.randint(0, 1)
-            words = rng.choices(FILLER, k=rng.randint(3, 12))
-            words.insert(rng.randint(0, len(words)), rng.choice(GOOD if label else BAD))
-            lines.append(f"{' '.join(words)}\t{label}")
-        (root / "SST-2" / f"{split}.tsv").write_text("\n".join(lines) + "\n")
-    return root
 
 
 def tiny_args(model_dir, glue_dir, out, **extra) -> list[str]:
@@ -161,7 +127,7 @@ def test_config_rejects_unknown_keys_and_wrong_types():
 @pytest.mark.glue
 def test_loss_falls_on_real_sst2(glue_dir, tmp_path):
     cfg = FinetuneConfig(task="sst2", glue_dir=str(glue_dir), output_dir=str(tmp_path), max_train_samples=384,
-                         max_eval_samples=200, epochs=2, max_len=64, batch_size=32, lr=5e-5)
+                         max_eval_samples=200, epochs=2, max_len=64, batch_size=16, lr=1e-4, bucket_by_length=True)
     result = finetune(cfg)
     losses = [h["train_loss"] for h in result["history"]]
     assert losses[1] < losses[0] < 0.75
@@ -175,3 +141,21 @@ def test_sst2_recipe_reaches_083(glue_dir, tmp_path):
     cfg = FinetuneConfig(task="sst2", glue_dir=str(glue_dir), output_dir=str(tmp_path), max_train_samples=4000,
                          epochs=2, max_len=64, batch_size=32, lr=5e-5, warmup_ratio=0.06, seed=0)
     assert finetune(cfg)["dev"]["accuracy"] >= 0.83
+
+
+@pytest.mark.slow
+def test_two_cpu_processes_match_one(tiny_model_dir, keyword_glue, tmp_path):
+    """`accelerate launch --num_processes 2 --cpu` (gloo) splits each batch; the numbers must agree."""
+    single = run_cli(tiny_args(tiny_model_dir, keyword_glue, tmp_path / "one", epochs=2))
+    assert single.returncode == 0, single.stderr
+    env = {**os.environ, "CI": "true", "HF_HUB_OFFLINE": "1"}
+    launcher = Path(sys.executable).with_name("accelerate")
+    double = subprocess.run([str(launcher), "launch", "--num_processes", "2", "--num_machines", "1", "--cpu",
+                             "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "course_lib", "finetune",
+                             *tiny_args(tiny_model_dir, keyword_glue, tmp_path / "two", epochs=2)],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert double.returncode == 0, double.stderr[-3000:]
+    one, two = numbers(tmp_path / "one"), numbers(tmp_path / "two")
+    for a, b in zip(one["history"], two["history"], strict=True):
+        assert abs(a["train_loss"] - b["train_loss"]) < 1e-4  # float sums in another order, nothing more
+        assert abs(a["dev"]["accuracy"] - b["dev"]["accuracy"]) <= 1 / 64  # at most one of 64 dev examples

@@ -1,0 +1,184 @@
+"""`python -m course_lib.collect RUNS_DIR`: one table of dev-set results from the finished runs in a folder.
+
+Reads every `metrics.json` under RUNS_DIR whose status is "complete" (a partial or failed run never enters),
+groups the runs that differ only in their seed, and writes, atomically:
+
+- `results.csv`: one row per run (its folder, its group's settings, seed, every dev metric as
+  `dev_accuracy`, `dev_matched_accuracy`, ..., training time);
+- `results.md`: one row per group: task, method, the other settings that differ between runs, the number
+  of seeds, and mean ± sample standard deviation (ddof=1) over seeds of each dev metric, named as in
+  metrics.json (`accuracy`, `f1`, `matthews_correlation`, `pearson`, `spearmanr`; MNLI's splits are
+  `dev_matched` and `dev_mismatched`). A group of one seed shows its number without ±.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import fcntl
+import io
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+from .cli import _Parser
+from .config import FinetuneConfig
+from .errors import UsageError
+from .repro import atomic_write
+
+METRICS = "metrics.json"  # written by course_lib.train
+NOT_GROUPED = ("seed", "output_dir")  # runs that differ only in these are seeds of one group
+# A run made before a FinetuneConfig field existed ran with what is now its default.
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
+
+
+def _dev_metrics(result: dict) -> dict[str, float]:
+    """{'dev accuracy': 0.84, ...}: each dev split's metrics, as '<split> <metric>'."""
+    return {f"{split} {name}": value for split, values in result.items()
+            if split.startswith("dev") and isinstance(values, dict) for name, value in values.items()}
+
+
+def collect(runs_dir: str | Path) -> list[dict]:
+    """One dict per complete run under runs_dir: run (its folder, relative), task, config, metrics, seconds."""
+    runs_dir = Path(runs_dir)
+    if not runs_dir.is_dir():
+        raise UsageError(f"runs folder {str(runs_dir)!r} does not exist or is not a folder")
+    rows = []
+    for path in sorted(runs_dir.rglob(METRICS)):
+        try:
+            result = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            print(f"warning: skipping {path}: {err}", file=sys.stderr)
+            continue
+        if result.get("status") != "complete":
+            continue
+        if not isinstance(result.get("config"), dict) or "task" not in result:
+            print(f"warning: skipping {path}: not a course_lib metrics.json (no config or task)", file=sys.stderr)
+            continue
+        rows.append({"run": path.parent.relative_to(runs_dir).as_posix(), "task": result["task"],
+                     "config": {**DEFAULTS, **result["config"]}, "metrics": _dev_metrics(result),
+                     "train_seconds": result.get("timing", {}).get("train_seconds")})
+    return rows
+
+
+def group_fields(rows: list[dict]) -> list[str]:
+    """task, method, then every other config field whose value differs between the runs (but the seed)."""
+    keys = sorted({k for row in rows for k in row["config"]} - {"task", "method", *NOT_GROUPED})
+    varying = [k for k in keys if len({json.dumps(row["config"].get(k)) for row in rows}) > 1]
+    return ["task", "method", *varying]
+
+
+def _group_value(row: dict, field: str):
+    return row["task"] if field == "task" else row["config"].get(field)
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """One dict per group: its fields, seeds, n, and {metric: {'mean', 'std'}} (std is None for n = 1)."""
+    fields = group_fields(rows)
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(json.dumps([_group_value(row, f) for f in fields]), []).append(row)
+    summary = []
+    for members in groups.values():
+        seeds = {}
+        for row in members:
+            seed = row["config"].get("seed")
+            if seed in seeds:
+                raise UsageError(f"{seeds[seed]} and {row['run']} are the same run (same settings, seed {seed}); "
+                                 f"keep one, or collect a narrower folder")
+            seeds[seed] = row["run"]
+        names = list(dict.fromkeys(name for row in members for name in row["metrics"]))
+        metrics = {}
+        for name in names:
+            values = [row["metrics"][name] for row in members if name in row["metrics"]]
+            metrics[name] = {"mean": statistics.fmean(values),
+                             "std": statistics.stdev(values) if len(values) > 1 else None, "n": len(values)}
+        summary.append({**{f: _group_value(members[0], f) for f in fields}, "seeds": sorted(seeds),
+                        "n": len(members), "metrics": metrics})
+    return sorted(summary, key=lambda g: [str(g[f]) for f in fields])
+
+
+def _metric_names(rows: list[dict]) -> list[str]:
+    """'dev accuracy', 'dev f1', ..., then MNLI's 'dev_matched ...' and 'dev_mismatched ...' (' ' sorts before '_')."""
+    return sorted({name for row in rows for name in row["metrics"]})
+
+
+def to_csv(rows: list[dict]) -> str:
+    fields, metrics = group_fields(rows), _metric_names(rows)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["run", *fields, "seed", *(m.replace(" ", "_") for m in metrics), "train_seconds"])
+    order = sorted(rows, key=lambda r: [str(_group_value(r, f)) for f in fields] + [r["config"].get("seed", 0)])
+    for row in order:
+        writer.writerow([row["run"], *(_group_value(row, f) for f in fields), row["config"].get("seed"),
+                         *(row["metrics"].get(m, "") for m in metrics), row["train_seconds"]])
+    return out.getvalue()
+
+
+def _mean_std(stats: dict | None) -> str:
+    if stats is None:
+        return ""
+    return f"{stats['mean']:.4f}" if stats["std"] is None else f"{stats['mean']:.4f} ± {stats['std']:.4f}"
+
+
+def to_markdown(rows: list[dict], runs_dir: str | Path) -> str:
+    fields, metrics = group_fields(rows), _metric_names(rows)
+    header = [*fields, "seeds", *metrics]
+    lines = [f"# Dev-set results: {runs_dir}", "",
+             f"{len(rows)} complete runs. Each cell is the mean ± sample standard deviation (ddof=1) over seeds "
+             f"of a dev-set metric; one seed shows no ±.", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for group in summarize(rows):
+        cells = [str(group[f]) for f in fields] + [str(group["n"])]
+        cells += [_mean_std(group["metrics"].get(m)) for m in metrics]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_results(runs_dir: str | Path, out: str | Path | None = None) -> tuple[Path, Path, list[dict]]:
+    """Write <out>.csv and <out>.md (default RUNS_DIR/results); return both paths and the rows.
+
+    Several sweep shards may finish at once: `.<out>.lock` is held while the two files are replaced.
+    """
+    rows = collect(runs_dir)
+    out = Path(out) if out is not None else Path(runs_dir) / "results"
+    csv_path, md_path = out.with_name(out.name + ".csv"), out.with_name(out.name + ".md")
+    csv_text, md_text = to_csv(rows), to_markdown(rows, runs_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out.with_name(f".{out.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a filesystem without flock: write unlocked
+            pass
+        for path in (csv_path, md_path):  # a write that a kill interrupted leaves '.results.md.XXXX.tmp'
+            for stale in path.parent.glob(f".{path.name}.*.tmp"):
+                stale.unlink(missing_ok=True)
+        atomic_write(csv_path, lambda f: f.write(csv_text.encode()))
+        atomic_write(md_path, lambda f: f.write(md_text.encode()))
+    finally:
+        os.close(fd)
+    return csv_path, md_path, rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _Parser(prog="python -m course_lib.collect", description=__doc__.splitlines()[0])
+    parser.add_argument("runs_dir", metavar="RUNS_DIR", help="folder searched for metrics.json files")
+    parser.add_argument("--out", default=None,
+                        help="path of the tables without suffix: writes OUT.csv and OUT.md (default RUNS_DIR/results)")
+    try:
+        args, extra = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+        if extra:
+            raise UsageError(f"unknown option {extra[0]!r} (valid: {', '.join(parser.options())})")
+        csv_path, md_path, rows = write_results(args.runs_dir, args.out)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(md_path.read_text(encoding="utf-8"))
+    print(f"wrote {md_path} and {csv_path} ({len(rows)} complete runs)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""ASA (Wu et al. 2023): gradient reversal, the straight-through step, the divergence, the tau trend."""
+import pytest
+import torch
+
+from course_lib.asa import ADVERSARIAL_MASK, ASAClassifier, binarize, grad_reverse, symmetric_kl
+from course_lib.bert import BertModel
+from course_lib.config import BertConfig
+from course_lib.heads import SequenceClassifier
+
+
+def tiny_encoder(seed=0):
+    torch.manual_seed(seed)
+    return BertModel(BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                                intermediate_size=64, max_position_embeddings=32))
+
+
+def tiny_batch(seed=0, B=6, L=10):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 200, (B, L), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, 6:] = 0
+    mask[1, 8:] = 0
+    return ids, mask, torch.randint(0, 2, (B,), generator=g)
+
+
+def test_gradient_reversal_is_identity_forward_and_negation_backward():
+    x = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
+    y = grad_reverse(x)
+    assert torch.equal(y, x)
+    w = torch.randn(4, 5, dtype=torch.float64)
+    (y * w).sum().backward()
+    assert torch.equal(x.grad, -w)
+
+
+def test_straight_through_step():
+    x = torch.tensor([-2.0, -1e-3, 0.0, 1e-3, 3.0], requires_grad=True)
+    keep = binarize(x)
+    assert keep.tolist() == [0.0, 0.0, 0.5, 1.0, 1.0]
+    keep.sum().backward()
+    s = torch.sigmoid(x.detach())
+    assert torch.equal(x.grad, s * (1 - s))
+    z = torch.randn(100)
+    assert torch.equal(binarize(z), binarize(z))  # the authors' step is deterministic
+
+
+def test_logistic_noise_keeps_with_probability_sigmoid():
+    torch.manual_seed(0)
+    x = torch.tensor([-1.0, 0.0, 2.0]).repeat(100_000, 1)
+    p = binarize(x, noise="logistic").mean(0)
+    expected = torch.sigmoid(torch.tensor([-1.0, 0.0, 2.0]))
+    stderr = (expected * (1 - expected) / 100_000).sqrt()
+    assert ((p - expected).abs() < 3 * stderr).all(), (p, expected)
+
+
+def test_symmetric_kl_identities():
+    a, b = torch.randn(8, 3, dtype=torch.float64), torch.randn(8, 3, dtype=torch.float64)
+    assert symmetric_kl(a, a).abs() < 1e-12
+    torch.testing.assert_close(symmetric_kl(a, b), symmetric_kl(b, a))
+    assert symmetric_kl(a, b) > 0
+    torch.testing.assert_close(symmetric_kl(a + 5.0, b), symmetric_kl(a, b))
+    pa, pb = a.softmax(-1), b.softmax(-1)
+    by_hand = 0.5 * ((pa * (pa / pb).log()).sum(-1) + (pb * (pb / pa).log()).sum(-1)).mean()
+    torch.testing.assert_close(symmetric_kl(a, b), by_hand)
+
+
+def test_eval_mode_is_bitwise_vanilla():
+    ids, mask, _ = tiny_batch()
+    asa = ASAClassifier(tiny_encoder(), 2, mode="asa").eval()
+    vanilla = SequenceClassifier(tiny_encoder(), 2).eval()
+    vanilla.load_state_dict({k: v for k, v in asa.state_dict().items() if not k.startswith("adversaries.")})
+    with torch.no_grad():
+        assert torch.equal(asa(ids, mask).logits, vanilla(ids, mask).logits)
+
+
+def test_adversarial_pass_masks_are_binary_and_cut_units_get_no_attention():
+    ids, mask, labels = tiny_batch()
+    model = ASAClassifier(tiny_encoder(), 2, mode="asa").train()
+    keeps = []
+    _, out = model.logits(ids, mask, attention_bias=model.adversarial_bias(mask, keeps), output_attentions=True)
+    assert len(keeps) == 3
+    for keep, probs in zip(keeps, out.attentions):
+        assert set(keep.unique().tolist()) <= {0.0, 1.0}
+        assert (keep[0, :, 6:] == 0).all()  # padded keys are never kept
+        cut = (keep == 0)[:, None].expand_as(probs)
+        has_kept_key = (keep.sum(-1) > 0)[:, None, :, None].expand_as(probs)
+        assert (probs[cut & has_kept_key] < 1e-30).all()
+    assert ADVERSARIAL_MASK == -1e4
+
+
+def test_training_loss_and_stats():
+    ids, mask, labels = tiny_batch()
+    model = ASAClassifier(tiny_encoder(), 2, mode="asa").train()
+    out = model(ids, mask, labels=labels)
+    assert len(out.stats["masked_fraction"]) == 3 and out.stats["divergence"] >= 0
+    out.loss.backward()
+    grads = [p.grad for p in model.adversaries.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert any(g.abs().sum() > 0 for g in grads)
+
+
+def masked_after_training(tau: float, steps: int = 25) -> float:
+    """Train only the adversaries against a frozen tiny model; return the mean masked fraction."""
+    ids, mask, labels = tiny_batch(seed=1, B=16, L=12)
+    model = ASAClassifier(tiny_encoder(seed=2), 2, mode="asa", asa_tau=tau, dropout=0.0)
+    model.encoder.config.hidden_dropout_prob = 0.0
+    for module in model.encoder.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    torch.manual_seed(3)
+    for p in model.adversaries.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    opt = torch.optim.SGD(model.adversaries.parameters(), lr=0.05)
+    model.train()
+    fractions = []
+    for _ in range(steps):
+        out = model(ids, mask, labels=labels)
+        opt.zero_grad()
+        out.loss.backward()
+        opt.step()
+        fractions.append(sum(out.stats["masked_fraction"]) / 3)
+    return sum(fractions[-5:]) / 5
+
+
+def test_lower_tau_masks_more():
+    """Paper Fig. 4b / §Temperature: a lower tau is a stronger attack with a higher masking proportion."""
+    fractions = [masked_after_training(tau) for tau in (0.1, 0.3, 1.0)]
+    assert fractions[0] >= fractions[1] - 0.01 and fractions[1] >= fractions[2] - 0.01, fractions
+    assert fractions[0] > fractions[2], fractions
+
+
+def test_bernoulli_baseline_cuts_about_p():
+    ids, mask, labels = tiny_batch(B=32, L=16)
+    torch.manual_seed(0)
+    model = ASAClassifier(tiny_encoder(), 2, mode="bernoulli", bernoulli_p=0.1).train()
+    out = model(ids, mask, labels=labels)
+    assert all(0.06 < f < 0.14 for f in out.stats["masked_fraction"]), out.stats
+    assert not hasattr(model, "adversaries")
+
+
+@pytest.mark.parametrize("num_labels", [1, 3])
+def test_regression_and_multiclass(num_labels):
+    ids, mask, _ = tiny_batch()
+    labels = torch.rand(6) * 5 if num_labels == 1 else torch.randint(0, 3, (6,))
+    out = ASAClassifier(tiny_encoder(), num_labels, mode="asa").train()(ids, mask, labels=labels)
+    assert torch.isfinite(out.loss)

@@ -1,0 +1,250 @@
+"""The batch runner and the results table: failures recorded, finished runs never redone, SIGKILL, shards."""
+import csv
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from course_lib import collect, sweep
+from course_lib.cli import build_parser
+from course_lib.config import FinetuneConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {"CI": "true", "HF_HUB_OFFLINE": "1"}
+
+
+def write_grid(path: Path, grid: dict, **base) -> Path:
+    path.write_text(yaml.safe_dump({"command": "finetune", "base": base, "grid": grid}, sort_keys=False))
+    return path
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+@pytest.fixture
+def tiny_base(tiny_model_dir, keyword_glue, monkeypatch) -> dict:
+    """Two optimiser steps on the tiny BERT; no clipping, so lr 1e30 gives a NaN loss at step 2."""
+    for key, value in ENV.items():
+        monkeypatch.setenv(key, value)
+    return {"model": str(tiny_model_dir), "glue_dir": str(keyword_glue), "epochs": 1, "batch_size": 16,
+            "max_len": 32, "max_train_samples": 32, "max_eval_samples": 32, "max_grad_norm": 0.0}
+
+
+def _alive(pid: int) -> bool:
+    """Running or sleeping; a zombie (dead, not yet reaped by whoever adopted it) counts as gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _stamp(folder: Path) -> tuple:
+    return (folder / "metrics.json").stat().st_mtime_ns, (folder / "run.json").read_text()
+
+
+def test_sigkill_failure_and_reruns_never_redo_a_finished_run(tmp_path, tiny_base, capsys):
+    """One grid through its whole life (each child costs seconds, so the stages share it):
+    SIGKILL mid-grid -> rerun finishes it, records the failing run and goes on -> rerun retries only that."""
+    grid = write_grid(tmp_path / "grid.yaml", {"lr": [0.001, 0.002, 1e30]}, **tiny_base)
+    out = tmp_path / "runs"
+    args = [str(grid), "--output-dir", str(out)]
+    first, second, bad = out / "lr=0.001", out / "lr=0.002", out / "lr=1e+30"
+
+    # 1. SIGKILL the sweep while its second run is in flight.
+    proc = subprocess.Popen([sys.executable, "-m", "course_lib.sweep", *args], cwd=ROOT, env={**os.environ, **ENV},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, record = time.time() + 120, {}
+    while time.time() < deadline and proc.poll() is None and record.get("status") != "running":
+        record = read_json(second / "run.json")
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert record.get("status") == "running", "the sweep ended before its second run started"
+    if sys.platform.startswith("linux"):  # the child dies with the sweep (PR_SET_PDEATHSIG)
+        deadline = time.time() + 10
+        while _alive(record["pid"]) and time.time() < deadline:
+            time.sleep(0.05)
+        assert not _alive(record["pid"]), "the run's child outlived the killed sweep"
+    assert read_json(first / "metrics.json")["status"] == "complete"
+    assert read_json(second / "metrics.json").get("status") != "complete"
+    finished = _stamp(first)
+
+    # 2. Rerun: the finished run is skipped, the killed one completes, the NaN run fails and is recorded.
+    assert sweep.main(args) == 1
+    printed = capsys.readouterr().out
+    assert _stamp(first) == finished
+    assert "1 complete, 1 failed, 1 skipped" in printed
+    failed = read_json(bad / "run.json")
+    assert failed["status"] == "failed" and failed["exit_code"] == 1
+    assert "run failed: loss is nan" in failed["error"] or "run failed: loss is inf" in failed["error"]
+    assert f"failed lr=1e+30: {sweep.one_line(failed['error'])}" in printed
+    for folder in (first, second):
+        assert read_json(folder / "run.json")["status"] == "complete"
+        assert "epoch 1: dev accuracy" in (folder / "log.txt").read_text()
+    rows = collect.collect(out)
+    assert sorted(row["run"] for row in rows) == ["lr=0.001", "lr=0.002"]
+    expected = {f.name: read_json(f / "metrics.json")["dev"]["accuracy"] for f in (first, second)}
+    assert {row["run"]: row["metrics"]["dev accuracy"] for row in rows} == expected
+    with open(out / "results.csv") as f:
+        assert sorted(row["run"] for row in csv.DictReader(f)) == ["lr=0.001", "lr=0.002"]
+    assert "1e+30" not in (out / "results.md").read_text()
+    assert not list(out.rglob(".*.tmp")), "a temporary file was left behind"
+
+    assert sweep.main([*args, "--dry-run"]) == 0
+    listed = capsys.readouterr().out
+    assert "complete  lr=0.001" in listed and "failed    lr=1e+30" in listed
+    assert "3 runs: 2 complete, 1 failed, 0 todo" in listed
+
+    # 3. Rerun: complete runs are not executed again, the failed one is retried.
+    finished = {f: _stamp(f) for f in (first, second)}
+    assert sweep.main(args) == 1
+    assert "0 complete, 1 failed, 2 skipped" in capsys.readouterr().out
+    assert {f: _stamp(f) for f in (first, second)} == finished
+    assert read_json(bad / "run.json")["attempt"] == 2
+    assert "=== attempt 2" in (bad / "log.txt").read_text()
+
+    # 4. --no-retry-failed runs nothing.
+    assert sweep.main([*args, "--no-retry-failed"]) == 1
+    assert "1 failed and not retried" in capsys.readouterr().out
+    assert read_json(bad / "run.json")["attempt"] == 2
+
+
+def test_a_run_past_its_timeout_is_killed_and_recorded_as_failed(tmp_path, tiny_base, capsys):
+    grid = write_grid(tmp_path / "grid.yaml", {"seed": [0]}, **tiny_base)
+    assert sweep.main([str(grid), "--output-dir", str(tmp_path / "runs"), "--timeout", "0.5"]) == 1
+    record = read_json(tmp_path / "runs" / "seed=0" / "run.json")
+    assert record["status"] == "failed" and record["exit_code"] == -signal.SIGKILL
+    assert sweep.one_line(record["error"]) == "timed out after 0.5 s and was killed; the same command resumes it"
+    assert "failed seed=0: timed out after 0.5 s" in capsys.readouterr().out
+
+
+def test_shards_split_the_grid_and_dry_run_runs_nothing(tmp_path, capsys):
+    grid = write_grid(tmp_path / "grid.yaml", {"task": ["sst2", "rte", "cola"], "seed": [0, 1, 2]}, epochs=1)
+    out = tmp_path / "runs"
+    everything = [run.name for run in sweep.load_grid(grid, out)]
+    assert len(set(everything)) == 9 and everything == sorted(everything)
+    parts = []
+    for i in range(4):
+        assert sweep.main([str(grid), "--output-dir", str(out), "--shard", f"{i}/4", "--dry-run"]) == 0
+        parts.append([line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("todo")])
+    assert sorted(name for part in parts for name in part) == sorted(everything)  # disjoint, and the union
+    assert [len(part) for part in parts] == [3, 2, 2, 2]
+    assert sweep.main([str(grid), "--output-dir", str(out), "--dry-run"]) == 0
+    assert "9 runs: 0 complete, 0 failed, 9 todo" in capsys.readouterr().out
+    assert not out.exists(), "a dry run must not write anything"
+
+
+def test_each_run_has_its_folder_and_a_command_line_that_parses_back_to_its_config(tmp_path):
+    grid = write_grid(tmp_path / "grid.yaml", {"task": ["sst2"], "lr": [5e-5, 1e-3], "bucket_by_length": [True]},
+                      epochs=2, weight_decay=0.0, sparsegen_lambda=-4)
+    runs = sweep.load_grid(grid, tmp_path / "runs")
+    assert [run.name for run in runs] == ["task=sst2,lr=0.001,bucket_by_length=True",
+                                          "task=sst2,lr=5e-05,bucket_by_length=True"]
+    for run in runs:
+        assert run.folder == tmp_path / "runs" / run.name
+        parsed = vars(build_parser().parse_args(run.command_line()[3:]))
+        parsed.pop("command")
+        assert FinetuneConfig.from_dict(parsed) == run.config
+    assert sweep.run_name({"model": "/data/models/bert base"}) == "model=_data_models_bert_base"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("command: finetune\ngrid: {sed: [0, 1]}\n", "grid.yaml: unknown grid key 'sed' (valid: "),
+    ("command: finetune\nbase: {epoch: 2}\ngrid: {seed: [0]}\n", "unknown base key 'epoch' (valid: "),
+    ("command: finetune\ngrid: {epochs: ['2']}\n",
+     "grid.yaml: grid.epochs='2': FinetuneConfig.epochs must be int, got '2' (str)"),
+    ("command: finetune\nbase: {lr: 5e-5}\ngrid: {seed: [0]}\n", "YAML reads 5e-5 as text, write 5.0e-05"),
+    ("command: finetune\ngrid: {task: [sst2, sst3]}\n", "grid.task='sst3': unknown GLUE task 'sst3' (valid: cola"),
+    ("command: finetune\ngrid: {seed: 0}\n", "grid.yaml: grid.seed must be a non-empty list of values, got 0"),
+    ("command: finetune\ngrid: {seed: [0]}\nbase: {output_dir: x}\n", "base.output_dir is set per run"),
+    ("command: finetune\nbase: {seed: 1}\ngrid: {seed: [0]}\n", "'seed' is in both base and grid"),
+    ("command: train\ngrid: {seed: [0]}\n", "grid.yaml: unknown command 'train' (valid: finetune)"),
+    ("command: finetune\ngrids: {seed: [0]}\n", "grid.yaml: unknown key 'grids' (valid: base, command, grid)"),
+    ("- task: sst2\n", "grid.yaml must be a mapping with keys base, command, grid; it holds a list"),
+    ("command: finetune\ngrid: {seed: [0, 1]\n", "grid.yaml is not valid YAML at line"),
+])
+def test_bad_grid_file_is_one_line_and_exit_2(tmp_path, capsys, text, message):
+    (tmp_path / "grid.yaml").write_text(text)
+    assert sweep.main([str(tmp_path / "grid.yaml"), "--dry-run", "--output-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err
+    assert err.strip().count("\n") == 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--shard", "4/4"], "--shard must be I/N with 0 <= I < N (0-based"),
+    (["--shard", "1"], "--shard must be I/N"),
+    (["--timeout", "0"], "--timeout must be > 0 seconds, got 0"),
+    (["--frobnicate"], "unknown option '--frobnicate' (valid: --dry-run, "),
+])
+def test_bad_options_are_one_line_and_exit_2(tmp_path, capsys, args, message):
+    grid = write_grid(tmp_path / "grid.yaml", {"seed": [0]})
+    assert sweep.main([str(grid), "--dry-run", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.strip().count("\n") == 0
+
+
+def test_a_changed_grid_refuses_old_run_folders_and_the_exit_code_is_2(tmp_path, capsys):
+    out = tmp_path / "runs"
+    write_metrics(out / "seed=0", "sst2", {"dev": {"accuracy": 0.5}}, seed=0, epochs=1)
+    grid = write_grid(tmp_path / "grid.yaml", {"seed": [0]}, epochs=2)
+    result = subprocess.run([sys.executable, "-m", "course_lib.sweep", str(grid), "--output-dir", str(out)],
+                            cwd=ROOT, env={**os.environ, **ENV}, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "seed=0 holds a run with epochs=1, but the grid gives epochs=2" in result.stderr
+    assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
+    # Fields the old metrics.json lacks (added to FinetuneConfig since) count as their defaults.
+    write_grid(grid, {"seed": [0]}, epochs=1)
+    assert sweep.main([str(grid), "--output-dir", str(out), "--dry-run"]) == 0
+    assert "complete  seed=0" in capsys.readouterr().out
+
+
+def write_metrics(folder: Path, task: str, dev: dict, status: str = "complete", **config) -> None:
+    """A metrics.json as course_lib.train writes it, with only the fields the collector reads."""
+    folder.mkdir(parents=True)
+    config = {"task": task, "method": "vanilla", "lr": 2e-5, "output_dir": str(folder), **config}
+    (folder / "metrics.json").write_text(json.dumps({"config": config, "task": task, "status": status,
+                                                     "history": [], **dev, "timing": {"train_seconds": 1.5}}))
+
+
+def test_collector_mean_and_sample_std_over_seeds(tmp_path, capsys):
+    sst2 = [0.80, 0.85, 0.93]
+    for seed, accuracy in enumerate(sst2):
+        write_metrics(tmp_path / f"sst2_{seed}", "sst2", {"dev": {"accuracy": accuracy}}, seed=seed)
+    write_metrics(tmp_path / "sst2_partial", "sst2", {"dev": {"accuracy": 0.1}}, status="running", seed=3)
+    write_metrics(tmp_path / "sst2_hi_lr", "sst2", {"dev": {"accuracy": 0.7}}, seed=0, lr=1e-4)
+    for seed, mcc in enumerate([0.31, 0.42]):
+        write_metrics(tmp_path / "nested" / f"cola_{seed}", "cola", {"dev": {"matthews_correlation": mcc}}, seed=seed)
+    write_metrics(tmp_path / "mnli_0", "mnli", {"dev_matched": {"accuracy": 0.70},
+                                                "dev_mismatched": {"accuracy": 0.72}}, seed=0)
+
+    rows = collect.collect(tmp_path)
+    assert len(rows) == 7 and "sst2_partial" not in {row["run"] for row in rows}
+    groups = {(g["task"], g["lr"]): g for g in collect.summarize(rows)}
+    mean = sum(sst2) / 3
+    std = math.sqrt(sum((x - mean) ** 2 for x in sst2) / (3 - 1))  # sample std, ddof=1
+    accuracy = groups["sst2", 2e-5]["metrics"]["dev accuracy"]
+    assert groups["sst2", 2e-5]["seeds"] == [0, 1, 2]
+    assert math.isclose(accuracy["mean"], mean) and math.isclose(accuracy["std"], std)
+    assert groups["sst2", 1e-4]["metrics"]["dev accuracy"] == {"mean": 0.7, "std": None, "n": 1}
+    assert math.isclose(groups["cola", 2e-5]["metrics"]["dev matthews_correlation"]["std"], 0.11 / math.sqrt(2))
+
+    assert collect.main([str(tmp_path), "--out", str(tmp_path / "tables" / "glue")]) == 0
+    table = (tmp_path / "tables" / "glue.md").read_text()
+    header = "| task | method | lr | seeds | dev accuracy | dev matthews_correlation | dev_matched accuracy |"
+    assert header in table
+    assert f"| sst2 | vanilla | 2e-05 | 3 | {mean:.4f} ± {std:.4f} |  |  |" in table
+    assert "| sst2 | vanilla | 0.0001 | 1 | 0.7000 |  |  |" in table
+    assert "| mnli | vanilla | 2e-05 | 1 |  |  | 0.7000 | 0.7200 |" in table
+    with open(tmp_path / "tables" / "glue.csv") as f:
+        table_rows = list(csv.DictReader(f))
+    assert len(table_rows) == 7 and {"dev_accuracy", "dev_mismatched_accuracy", "lr", "seed"} <= set(table_rows[0])
+    assert not list(tmp_path.rglob(".*.tmp"))
