@@ -145,6 +145,7 @@ class FinetuneConfig(Validated):
     bucket_by_length: bool = False
     seed: int = 0
     save_every: int = 0  # also checkpoint every N optimiser steps (0: end of each epoch only)
+    keep_checkpoint: bool = False  # keep checkpoint.pt (optimiser state too) after the run completes
     mixed_precision: str = "no"  # accelerate: no | fp16 | bf16
     on_nonfinite_loss: str = "stop"  # stop: fail keeping the last good checkpoint; skip: drop that step
     method: str = "vanilla"

@@ -143,3 +143,19 @@ def test_regression_and_multiclass(num_labels):
     labels = torch.rand(6) * 5 if num_labels == 1 else torch.randint(0, 3, (6,))
     out = ASAClassifier(tiny_encoder(), num_labels, mode="asa").train()(ids, mask, labels=labels)
     assert torch.isfinite(out.loss)
+
+
+def test_a_row_with_every_key_cut_is_not_nan():
+    """If the adversary cuts every key of a row, the row is uniform, not NaN (spec 5.2, item 8)."""
+    ids, mask, labels = tiny_batch()
+    model = ASAClassifier(tiny_encoder(), 2, mode="asa").train()
+    for adversary in model.adversaries:
+        torch.nn.init.zeros_(adversary.query.weight)
+        torch.nn.init.zeros_(adversary.key.weight)
+        torch.nn.init.constant_(adversary.query.bias, 1.0)
+        torch.nn.init.constant_(adversary.key.bias, -1.0)  # X = -d/sqrt(d) < 0: every unit is cut
+    out = model(ids, mask, labels=labels)
+    assert out.stats["masked_fraction"] == [1.0, 1.0, 1.0]
+    assert torch.isfinite(out.loss)
+    out.loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)

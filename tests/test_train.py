@@ -48,6 +48,10 @@ def test_same_command_twice_gives_identical_metrics(tiny_model_dir, keyword_glue
     first, second = numbers(runs[0]), numbers(runs[1])
     assert first == second
     assert first["status"] == "complete" and len(first["history"]) == 2
+    assert (runs[0] / "model.safetensors").exists() and not (runs[0] / "checkpoint.pt").exists()
+    started = time.perf_counter()
+    again = finetune(cfg)  # the same command after completion: nothing to do
+    assert time.perf_counter() - started < 1.0 and again["dev"] == second["dev"]
 
 
 def test_resume_after_sigkill_matches_an_uninterrupted_run(tiny_model_dir, keyword_glue, tmp_path):
@@ -102,9 +106,9 @@ def test_nonfinite_loss_stops_and_keeps_the_checkpoint(tiny_model_dir, keyword_g
 
 @pytest.mark.parametrize("args, message", [
     (["--task", "sst3"], "unknown GLUE task 'sst3' (valid: cola, mnli"),
-    (["--method", "magic"], "unknown method 'magic' (valid: vanilla"),
+    (["--method", "magic"], "unknown method 'magic' (valid: asa, bernoulli-mask, ssaf, vanilla)"),
     (["--epochs", "two"], "argument --epochs: invalid int value: 'two'"),
-    (["--frobnicate", "1"], "unknown option '--frobnicate' for finetune (valid: --batch-size"),
+    (["--frobnicate", "1"], "unknown option '--frobnicate' for finetune (valid: --asa-noise, --asa-tau, --batch-size"),
     (["--lr", "-1"], "FinetuneConfig.lr must be > 0, got -1.0"),
     (["--glue-dir", "/nonexistent/glue"], "/nonexistent/glue"),
 ])
