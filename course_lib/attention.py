@@ -16,6 +16,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from .dropout import dropout
 from .errors import UsageError, choice_error
 
 MASK_FLOOR = -1e4  # logits below this are masked keys: classic BERT's -10000, kept finite for sorting
@@ -98,12 +99,13 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor
     When the maps are not needed and the normaliser is softmax, the fused kernel
     `torch.nn.functional.scaled_dot_product_attention` computes the same thing without materialising A.
     """
-    if normalize is softmax and not need_weights:
+    # On a CPU, SDPA with dropout falls back to an unfused path with a slow Bernoulli draw: ours is faster.
+    if normalize is softmax and not need_weights and (dropout_p == 0.0 or q.is_cuda):
         if bias is not None and bias.dtype != q.dtype:  # under autocast q is half precision, the mask fp32
             bias = bias.to(q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p), None
     probs = attention_probs(q, k, bias, normalize)
-    return F.dropout(probs, dropout_p, training=dropout_p > 0) @ v, probs
+    return dropout(probs, dropout_p) @ v, probs
 
 
 def sparsity(probs: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from .bert import BertModel, BertOutput
+from .dropout import Dropout
 
 
 @dataclass
@@ -28,7 +29,7 @@ class SequenceClassifier(nn.Module):
         super().__init__()
         self.encoder = encoder
         self.num_labels = num_labels
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
         nn.init.normal_(self.classifier.weight, std=0.02)
         nn.init.zeros_(self.classifier.bias)
