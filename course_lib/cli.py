@@ -11,18 +11,39 @@ import json
 import sys
 import typing
 
-from .config import FinetuneConfig
+from .config import FinetuneConfig, PretrainConfig
 from .errors import RunFailed, UsageError
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but its errors are one line that lists the valid options, and raise UsageError."""
+class Parser(argparse.ArgumentParser):
+    """argparse, but its errors raise UsageError (one line), and an unknown option lists the valid ones."""
 
     def error(self, message: str):
         raise UsageError(message)
 
     def options(self) -> list[str]:
         return sorted(o for a in self._actions for o in a.option_strings if o.startswith("--") and o != "--help")
+
+    def parse_strict(self, argv: list[str] | None) -> argparse.Namespace:
+        args, extra = self.parse_known_args(sys.argv[1:] if argv is None else argv)
+        if extra:
+            raise UsageError(f"unknown option {extra[0]!r} (valid: {', '.join(self.options())})")
+        return args
+
+
+def report_errors(body, interrupted: str) -> int:
+    """Run body() and turn a user's mistake or a failed run into one line on stderr and an exit code."""
+    try:
+        return body()
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except RunFailed as err:
+        print(f"run failed: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"interrupted: {interrupted}", file=sys.stderr)
+        return 130
 
 
 def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
@@ -37,10 +58,12 @@ def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m course_lib", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    parser = Parser(prog="python -m course_lib", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     finetune = commands.add_parser("finetune", help="fine-tune BERT on a GLUE task")
     _add_config_options(finetune, FinetuneConfig)
+    pretrain = commands.add_parser("pretrain", help="pre-train a small BERT from scratch: MLM, or MLM + AG")
+    _add_config_options(pretrain, PretrainConfig)
     bench = commands.add_parser("bench", help="benchmarks, measured side by side in one process")
     bench.add_argument("what", choices=["speed"], help="speed: our encoder vs Hugging Face's BertModel")
     bench.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
@@ -67,6 +90,12 @@ def run(argv: list[str]) -> int:
 
         result = finetune(FinetuneConfig.from_dict(args))
         print(json.dumps({k: v for k, v in result.items() if k.startswith("dev")}, sort_keys=True))
+    elif command == "pretrain":
+        from .pretrain import pretrain
+
+        result = pretrain(PretrainConfig.from_dict(args))
+        print(json.dumps({"method": result["method"], "corpus": result["corpus"]["source"], **result["final"]},
+                         sort_keys=True))
     elif command == "bench":
         from . import bench
 
@@ -75,14 +104,5 @@ def run(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        return run(sys.argv[1:] if argv is None else argv)
-    except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except RunFailed as err:
-        print(f"run failed: {err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted: the last checkpoint is kept; run the same command to resume", file=sys.stderr)
-        return 130
+    return report_errors(lambda: run(sys.argv[1:] if argv is None else argv),
+                         "the last checkpoint is kept; run the same command to resume")

@@ -22,7 +22,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from .cli import _Parser
+from .cli import Parser, report_errors
 from .config import FinetuneConfig
 from .errors import UsageError
 from .repro import atomic_write
@@ -163,21 +163,18 @@ def write_results(runs_dir: str | Path, out: str | Path | None = None) -> tuple[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog="python -m course_lib.collect", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m course_lib.collect", description=__doc__.splitlines()[0])
     parser.add_argument("runs_dir", metavar="RUNS_DIR", help="folder searched for metrics.json files")
     parser.add_argument("--out", default=None,
                         help="path of the tables without suffix: writes OUT.csv and OUT.md (default RUNS_DIR/results)")
-    try:
-        args, extra = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
-        if extra:
-            raise UsageError(f"unknown option {extra[0]!r} (valid: {', '.join(parser.options())})")
+
+    def body() -> int:
+        args = parser.parse_strict(argv)
         csv_path, md_path, rows = write_results(args.runs_dir, args.out)
-    except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(md_path.read_text(encoding="utf-8"))
-    print(f"wrote {md_path} and {csv_path} ({len(rows)} complete runs)")
-    return 0
+        print(md_path.read_text(encoding="utf-8"))
+        print(f"wrote {md_path} and {csv_path} ({len(rows)} complete runs)")
+        return 0
+    return report_errors(body, "nothing was written")
 
 
 if __name__ == "__main__":

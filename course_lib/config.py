@@ -153,6 +153,11 @@ class FinetuneConfig(Validated):
     asa_tau: float = 0.3  # asa: keep-count penalty weight, applied as tau^2 (Wu et al. 2023, Table 5: 0.3)
     asa_noise: str = "none"  # asa: none = the authors' deterministic step; logistic = binary Concrete sample
     bernoulli_p: float = 0.1  # bernoulli-mask: probability of cutting each attention unit (paper: 0.05, 0.1)
+    ssa_target_weight: float = 0.7  # ssa-*: alpha, loss = alpha L_target + (1 - alpha) L_SSA (Kou et al. 2020)
+    ssa_cls_weight: float = 0.5  # ssa-hybrid: beta, the pooled [CLS] share of the SSA layer (paper Eq. 1)
+    ssa_threshold: float = 0.3  # ssa-hybrid: tokens with importance below this are left out of the pooling
+    ssa_label_mode: str = "code"  # ssa-*: code = the authors' labels (default); paper = the paper's
+    ssa_share_weight: bool = True  # ssa-*: one token-head output layer for every position (False: per position)
 
     def validate(self) -> None:
         from .errors import choice_error
@@ -174,6 +179,12 @@ class FinetuneConfig(Validated):
         if self.asa_tau < 0 or not 0 <= self.bernoulli_p < 1:
             raise UsageError(f"asa_tau must be >= 0 and bernoulli_p in [0, 1), got {self.asa_tau!r}, "
                              f"{self.bernoulli_p!r}")
+        _fraction(self, "ssa_threshold")
+        if not (0 <= self.ssa_target_weight <= 1 and 0 <= self.ssa_cls_weight <= 1):
+            raise UsageError(f"ssa_target_weight and ssa_cls_weight must be in [0, 1], got "
+                             f"{self.ssa_target_weight!r}, {self.ssa_cls_weight!r}")
+        if self.ssa_label_mode not in ("code", "paper"):
+            raise choice_error("ssa_label_mode", self.ssa_label_mode, ["code", "paper"])
         if self.asa_noise not in ("none", "logistic"):
             raise choice_error("asa_noise", self.asa_noise, ["none", "logistic"])
         if self.on_nonfinite_loss not in ("stop", "skip"):
@@ -182,4 +193,82 @@ class FinetuneConfig(Validated):
             raise choice_error("method", self.method, METHODS)
 
 
-METHODS = ("vanilla", "ssaf", "asa", "bernoulli-mask")  # grows as the methods land (SSA, AG)
+METHODS = ("vanilla", "ssaf", "asa", "bernoulli-mask", "ssa-co", "ssa-hybrid", "bert-mask")
+
+
+@dataclass
+class PretrainConfig(Validated):
+    """One pre-training run from scratch: MLM, or MLM + AG (Deshpande & Narasimhan 2020).
+
+    The paper's recipe where it applies: lr 1e-4, no warmup, no weight decay, clipping at 1.0. The default
+    model is small enough for a few hundred steps in minutes on a CPU; with its 8 heads the code's
+    ag_head_types "0,1,1,4" guides 6 (lambda = 3/4 in the paper's grid; "0,1,1,2" is its chosen 1/2).
+    """
+
+    method: str = "mlm"  # mlm | ag
+    corpus: str | None = None  # a text file, one sentence or paragraph a line; None: see glue_dir
+    glue_dir: str | None = None  # without corpus: GLUE training sentences from here or $GLUE_DIR, else generated
+    output_dir: str = "runs/pretrain"
+    max_steps: int = 300
+    max_len: int = 64  # tokens per block; lines are packed whole into blocks
+    batch_size: int = 32
+    eval_blocks: int = 64  # held-out blocks scored every eval_every steps, with fixed masks
+    eval_every: int = 50  # also the checkpoint interval
+    log_every: int = 10  # train loss curve: mean over each window of this many steps
+    lr: float = 1e-4
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    mlm_probability: float = 0.15  # share of real tokens predicted: 80% [MASK], 10% random, 10% kept
+    num_layers: int = 4
+    hidden_size: int = 128
+    num_heads: int = 8
+    intermediate_size: int = 512
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    seed: int = 0
+    keep_checkpoint: bool = False
+    mixed_precision: str = "no"  # accelerate: no | fp16 | bf16
+    on_nonfinite_loss: str = "stop"  # stop: fail keeping the last good checkpoint; skip: drop that step
+    ag_scale: float = 10.0  # ag: alpha_0 (paper: 10 for 12/16 layers, 100 for 8; code default 10)
+    ag_plateau_steps: int = 0  # ag: steps at alpha_0 before the linear decay (the code: 20000)
+    ag_head_types: str = "0,1,1,4"  # ag: head counts for identity,next,prev,first[,delim,period], or names
+    ag_reduction: str = "mean"  # ag: mean (authors' code) | frobenius (paper's Eq.)
+    ag_boundary: str = "uniform"  # ag: last [Next] / first [Prev] row uniform (paper) | zero (code)
+    ag_attention: str = "pre"  # ag: maps before attention dropout; the code's post-dropout is not available
+
+    def validate(self) -> None:
+        from .ag import BOUNDARIES, REDUCTIONS, assign_heads
+        from .errors import choice_error
+
+        if self.method not in PRETRAIN_METHODS:
+            raise choice_error("pretraining method", self.method, PRETRAIN_METHODS)
+        _positive(self, "max_steps", "max_len", "batch_size", "eval_blocks", "eval_every", "log_every", "lr",
+                  "num_layers", "hidden_size", "num_heads", "intermediate_size")
+        _fraction(self, "hidden_dropout", "attention_dropout")
+        if not 0 < self.mlm_probability < 1:
+            raise UsageError(f"PretrainConfig.mlm_probability must be in (0, 1), got {self.mlm_probability!r}")
+        if self.max_len < 8:
+            raise UsageError(f"PretrainConfig.max_len must be at least 8, got {self.max_len!r}")
+        if self.hidden_size % self.num_heads:
+            raise UsageError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        for name in ("warmup_steps", "weight_decay", "max_grad_norm", "ag_scale", "ag_plateau_steps"):
+            if getattr(self, name) < 0:
+                raise UsageError(f"PretrainConfig.{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.mixed_precision not in ("no", "fp16", "bf16"):
+            raise choice_error("mixed precision", self.mixed_precision, ["no", "fp16", "bf16"])
+        if self.on_nonfinite_loss not in ("stop", "skip"):
+            raise choice_error("on_nonfinite_loss", self.on_nonfinite_loss, ["stop", "skip"])
+        if self.ag_reduction not in REDUCTIONS:
+            raise choice_error("ag_reduction", self.ag_reduction, REDUCTIONS)
+        if self.ag_boundary not in BOUNDARIES:
+            raise choice_error("ag_boundary", self.ag_boundary, BOUNDARIES)
+        if self.ag_attention == "post":
+            raise UsageError("ag_attention 'post' (the authors' code scores maps after attention dropout) is not "
+                             "available yet: BertModel returns pre-dropout maps only (valid: pre)")
+        if self.ag_attention != "pre":
+            raise choice_error("ag_attention", self.ag_attention, ["pre"])
+        assign_heads(self.ag_head_types, self.num_heads)
+
+
+PRETRAIN_METHODS = ("mlm", "ag")

@@ -271,12 +271,17 @@ def collate(features: list[dict], pad_token_id: int = 0) -> dict[str, torch.Tens
         attention_mask[b, :n] = 1
     labels = [f["label"] for f in features]
     is_score = any(isinstance(y, float) for y in labels)
-    return {
+    batch = {
         "input_ids": input_ids,  # (B, L)
         "attention_mask": attention_mask,  # (B, L)
         "token_type_ids": token_type_ids,  # (B, L)
         "labels": torch.tensor(labels, dtype=torch.float if is_score else torch.long),  # (B,)
     }
+    if "token_labels" in features[0]:  # per-token targets (SSA), padded with the ignore index -1
+        batch["token_labels"] = torch.full((B, L), -1, dtype=torch.long)
+        for b, f in enumerate(features):
+            batch["token_labels"][b, : len(f["token_labels"])] = torch.tensor(f["token_labels"])
+    return batch
 
 
 BUCKET_CHUNK_BATCHES = 50  # bucketing sorts chunks of this many batches: less padding, still random

@@ -46,7 +46,7 @@ from pathlib import Path
 
 import yaml
 
-from .cli import _Parser
+from .cli import Parser, report_errors
 from .collect import write_results
 from .config import FinetuneConfig
 from .errors import UsageError
@@ -404,7 +404,7 @@ def sweep(grid_file: str | Path, output_dir: str | Path | None = None, shard: tu
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m course_lib.sweep", description=__doc__.splitlines()[0],
+    parser = Parser(prog="python -m course_lib.sweep", description=__doc__.splitlines()[0],
                      formatter_class=argparse.RawDescriptionHelpFormatter,
                      epilog="\n".join(__doc__.splitlines()[2:]))
     parser.add_argument("grid", metavar="GRID.yaml", help="the grid file: command, base, grid")
@@ -420,21 +420,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    try:
-        args, extra = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
-        if extra:
-            raise UsageError(f"unknown option {extra[0]!r} (valid: {', '.join(parser.options())})")
+    def body() -> int:
+        args = build_parser().parse_strict(argv)
         if args.timeout is not None and not args.timeout > 0:
             raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
         return sweep(args.grid, args.output_dir, parse_shard(args.shard), args.dry_run, args.retry_failed,
                      args.timeout)
-    except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted: finished runs are kept; run the same command to resume", file=sys.stderr)
-        return 130
+    return report_errors(body, "finished runs are kept; run the same command to resume")
 
 
 if __name__ == "__main__":

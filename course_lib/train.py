@@ -20,11 +20,12 @@ import torch
 from accelerate import Accelerator
 from safetensors.torch import save as safetensors_save
 
-from . import glue, ssaf
+from . import glue, ssa, ssaf
 from .config import FinetuneConfig
 from .errors import RunFailed, UsageError
 from .asa import ASAClassifier
 from .heads import SequenceClassifier
+from .ssa import SSAClassifier
 from .metrics import compute_metrics
 from .repro import atomic_write, progress, remove_stale_temporaries, save_torch, seed_everything, write_json
 from .weights import load_pretrained
@@ -94,12 +95,47 @@ def encoder_overrides(cfg: FinetuneConfig) -> dict:
     return {}
 
 
-def build_classifier(cfg: FinetuneConfig, encoder, num_labels: int) -> SequenceClassifier:
+def build_classifier(cfg: FinetuneConfig, encoder, num_labels: int, tokenizer) -> SequenceClassifier:
     """The task model for the method: the plain head, or one whose training objective the method changes."""
+    if cfg.method in ("ssa-co", "ssa-hybrid"):
+        return SSAClassifier(encoder, num_labels, cfg.classifier_dropout, _special_ids(tokenizer), cfg.max_len,
+                             hybrid=cfg.method == "ssa-hybrid", ssa_target_weight=cfg.ssa_target_weight,
+                             ssa_cls_weight=cfg.ssa_cls_weight, ssa_threshold=cfg.ssa_threshold,
+                             ssa_share_weight=cfg.ssa_share_weight)
     if cfg.method in ("asa", "bernoulli-mask"):
         return ASAClassifier(encoder, num_labels, cfg.classifier_dropout, mode=cfg.method.split("-")[0],
                              asa_tau=cfg.asa_tau, asa_noise=cfg.asa_noise, bernoulli_p=cfg.bernoulli_p)
     return SequenceClassifier(encoder, num_labels, cfg.classifier_dropout)
+
+
+def _special_ids(tokenizer) -> list[int]:
+    return [tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id]
+
+
+def epoch_features(cfg: FinetuneConfig, epoch: int, train: list[dict], model, task, tokenizer,
+                   accelerator: Accelerator, out: Path) -> tuple[list[dict], dict]:
+    """The training set of one epoch. SSA relabels it by probing the current model, BERT-mask swaps in masked
+    copies; both are cached in the output folder, so a run resumed mid-epoch trains on the same set."""
+    if cfg.method not in ("ssa-co", "ssa-hybrid", "bert-mask"):
+        return train, {}
+    cache = out / f"epoch{epoch + 1}_train.pt"
+    if not cache.exists():
+        started = time.perf_counter()
+        special, mask_id = set(_special_ids(tokenizer)), tokenizer.mask_token_id
+        if cfg.method == "bert-mask":
+            features, stats = ssa.bert_mask_epoch_features(train, epoch, cfg.seed, special, mask_id)
+        else:
+            def probe(feats):
+                preds = predict(model, feats, cfg.eval_batch_size, accelerator, tokenizer.pad_token_id).tolist()
+                return preds if task.is_regression else [round(p) for p in preds]
+            features, stats = ssa.ssa_epoch_features(train, probe, epoch, cfg.seed, special, mask_id,
+                                                     task.is_regression, cfg.ssa_label_mode)
+        stats["label_seconds"] = round(time.perf_counter() - started, 2)
+        if accelerator.is_main_process:
+            save_torch(cache, {"features": features, "stats": stats})
+        accelerator.wait_for_everyone()
+    saved = torch.load(cache, weights_only=False)
+    return saved["features"], saved["stats"]
 
 
 def _batch_loss(model, features: list[dict], pad_id: int, accelerator: Accelerator):
@@ -115,7 +151,8 @@ def _batch_loss(model, features: list[dict], pad_id: int, accelerator: Accelerat
     if not mine:
         mine, weight = features[:1], 0.0
     batch = _to_device(glue.collate(mine, pad_id), accelerator.device)
-    out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"])
+    extra = {"token_labels": batch["token_labels"]} if "token_labels" in batch else {}
+    out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"], **extra)
     return out.loss * weight, out.stats
 
 
@@ -163,11 +200,10 @@ def finetune(cfg: FinetuneConfig) -> dict:
                     for s in task.dev_splits}
 
     encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
-    model = build_classifier(cfg, encoder, task.num_labels)
+    model = build_classifier(cfg, encoder, task.num_labels, tokenizer)
     pad_id = tokenizer.pad_token_id
     train = glue.encode(train_examples, tokenizer, cfg.max_len)
     dev = {s: glue.encode(ex, tokenizer, cfg.max_len) for s, ex in dev_examples.items()}
-    lengths = [len(f["input_ids"]) for f in train]
 
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
     total_steps = steps_per_epoch * cfg.epochs
@@ -212,13 +248,14 @@ def finetune(cfg: FinetuneConfig) -> dict:
 
     while state["epoch"] < cfg.epochs:
         epoch = state["epoch"]
-        batches = glue.epoch_batches(lengths, cfg.batch_size, cfg.seed, epoch, shuffle=True,
-                                     bucket=cfg.bucket_by_length)
+        epoch_train, epoch_stats = epoch_features(cfg, epoch, train, model, task, tokenizer, accelerator, out)
+        batches = glue.epoch_batches([len(f["input_ids"]) for f in epoch_train], cfg.batch_size, cfg.seed, epoch,
+                                     shuffle=True, bucket=cfg.bucket_by_length)
         model.train()
         started = time.perf_counter()
         bar = progress(total=steps_per_epoch, initial=state["step_in_epoch"], desc=f"epoch {epoch + 1}/{cfg.epochs}")
         for rows in batches[state["step_in_epoch"]:]:
-            loss, stats = _batch_loss(model, [train[i] for i in rows], pad_id, accelerator)
+            loss, stats = _batch_loss(model, [epoch_train[i] for i in rows], pad_id, accelerator)
             batch_loss = accelerator.reduce(loss.detach().clone(), reduction="mean").item()  # same on every process
             if math.isfinite(batch_loss):
                 accelerator.backward(loss)
@@ -248,7 +285,7 @@ def finetune(cfg: FinetuneConfig) -> dict:
         bar.close()
         state["train_seconds"] += time.perf_counter() - started
         dev_metrics = evaluate(model, task, dev, cfg.eval_batch_size, accelerator, pad_id)
-        entry = {"epoch": epoch + 1, "train_loss": state.pop("epoch_loss", 0.0) / steps_per_epoch}
+        entry = {"epoch": epoch + 1, "train_loss": state.pop("epoch_loss", 0.0) / steps_per_epoch, **epoch_stats}
         entry.update({k: (torch.tensor(v, dtype=torch.float64) / steps_per_epoch).tolist()
                       for k, v in state.pop("epoch_stats", {}).items()})  # e.g. ASA's masking proportion per layer
         entry.update({("dev" if s == "dev" else s): m for s, m in dev_metrics.items()})

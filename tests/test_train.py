@@ -106,7 +106,7 @@ def test_nonfinite_loss_stops_and_keeps_the_checkpoint(tiny_model_dir, keyword_g
 
 @pytest.mark.parametrize("args, message", [
     (["--task", "sst3"], "unknown GLUE task 'sst3' (valid: cola, mnli"),
-    (["--method", "magic"], "unknown method 'magic' (valid: asa, bernoulli-mask, ssaf, vanilla)"),
+    (["--method", "magic"], "unknown method 'magic' (valid: asa, bernoulli-mask, bert-mask, ssa-co, ssa-hybrid, ssaf, vanilla)"),
     (["--epochs", "two"], "argument --epochs: invalid int value: 'two'"),
     (["--frobnicate", "1"], "unknown option '--frobnicate' for finetune (valid: --asa-noise, --asa-tau, --batch-size"),
     (["--lr", "-1"], "FinetuneConfig.lr must be > 0, got -1.0"),

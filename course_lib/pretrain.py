@@ -1,0 +1,435 @@
+"""Pre-training a small BERT from scratch with masked language modelling, optionally guided by AG.
+
+`method="mlm"` minimises BERT's MLM loss (Devlin et al. 2019, Sec. 3.1); `method="ag"` adds alpha_t · L_AG,
+attention guidance (Deshpande & Narasimhan, Findings of EMNLP 2020; see `course_lib.ag`). The paper's claim
+to check is that the guided model's MLM loss falls faster; both methods log the same curves for that.
+
+Data: lines of text (a file, the GLUE training sentences, or a generated corpus) are tokenised with the
+packaged MiniLM's uncased WordPiece and packed whole into blocks `[CLS] line [SEP] line [SEP] ...` of at most
+`max_len` tokens, close to the contiguous blocks the authors trained on. A fixed set of blocks is held out and
+scored with fixed masks, so held-out losses of runs with any seed or method compare directly.
+
+The run is a pure function of its config: batch order comes from `glue.epoch_batches(seed, epoch)`, each
+step's masks from a generator seeded with (seed, step), and the dropout RNG is checkpointed, so the same
+command after a kill resumes and ends with the same numbers.
+
+Output directory, every file written atomically: `checkpoint.pt` while running, `metrics.json` (config, corpus,
+loss curves, final numbers), and at the end a Hugging Face BertForMaskedLM folder (config.json,
+model.safetensors, tokenizer files) that `load_pretrained` and `finetune --model` read.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from accelerate import Accelerator
+from safetensors.torch import save as safetensors_save
+from torch import nn
+
+from . import glue
+from .ag import AttentionGuidance, ag_scale_at
+from .bert import BertModel
+from .config import BertConfig, PretrainConfig
+from .errors import RunFailed, UsageError
+from .repro import atomic_write, progress, remove_stale_temporaries, save_torch, seed_everything, write_json
+from .train import linear_warmup_decay, param_groups
+from .weights import default_model_dir, ours_to_hf
+
+CHECKPOINT, METRICS, WEIGHTS = "checkpoint.pt", "metrics.json", "model.safetensors"
+TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+IGNORE = -100  # label of the positions that are not predicted
+HELD_OUT_SEED = 20200  # the held-out blocks and their masks do not depend on the run's seed
+
+
+# ----------------------------------------------------------------------------------------------
+# Corpus
+
+
+_WORDS = {
+    "subject": ["the cat", "the dog", "a child", "my friend", "the teacher", "the old man", "a young woman",
+                "the farmer", "the doctor", "our neighbour", "the students", "her brother"],
+    "verb": ["sees", "likes", "follows", "helps", "finds", "calls", "visits", "watches", "paints", "remembers"],
+    "object": ["the ball", "a small house", "the red car", "the river", "an old book", "the garden", "a letter",
+               "the market", "a bright star", "the blue door"],
+    "place": ["in the morning", "after school", "near the station", "at night", "in the park", "on sunday",
+              "before dinner", "by the sea"],
+    "adjective": ["happy", "tired", "quiet", "late", "kind", "busy", "hungry", "brave"],
+}
+_NUMBERS = "one two three four five six seven eight nine ten eleven twelve".split()
+
+
+def generated_corpus(num_lines: int = 20000) -> list[str]:
+    """Templated English, the same on every machine: the fallback when there is no file and no GLUE data.
+
+    Its regularities (fixed phrases, counting sequences, clause structure, periods) are what the AG patterns
+    and an MLM can pick up within a few hundred steps.
+    """
+    rng = random.Random(0)
+    pick = {k: (lambda words=v: rng.choice(words)) for k, v in _WORDS.items()}
+
+    def sentence() -> str:
+        kind = rng.randrange(5)
+        if kind == 0:
+            return f"{pick['subject']()} {pick['verb']()} {pick['object']()} {pick['place']()} ."
+        if kind == 1:
+            return f"{pick['subject']()} is {pick['adjective']()} {pick['place']()} ."
+        if kind == 2:
+            start = rng.randrange(len(_NUMBERS) - 3)
+            count = " ".join(_NUMBERS[start:start + rng.randint(3, len(_NUMBERS) - start)])
+            return f"{pick['subject']()} counts {count} ."
+        if kind == 3:
+            return (f"if {pick['subject']()} {pick['verb']()} {pick['object']()} , "
+                    f"{pick['subject']()} is {pick['adjective']()} .")
+        return f"{pick['subject']()} {pick['verb']()} {pick['subject']()} and {pick['object']()} ."
+
+    return [" ".join(sentence() for _ in range(rng.randint(1, 3))) for _ in range(num_lines)]
+
+
+def load_corpus(cfg: PretrainConfig) -> tuple[list[str], dict]:
+    """(lines, description): `corpus` if given, else the GLUE training sentences found, else generated."""
+    if cfg.corpus is not None:
+        path = Path(cfg.corpus).expanduser()
+        if not path.is_file():
+            raise UsageError(f"corpus {cfg.corpus!r} is not a file (a text file, one sentence or paragraph a line)")
+        try:
+            lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except UnicodeDecodeError:
+            raise UsageError(f"corpus {str(path)!r} is not UTF-8 text") from None
+        if not lines:
+            raise UsageError(f"corpus {str(path)!r} has no text lines")
+        return lines, {"source": "file", "path": str(path)}
+    glue_dir = cfg.glue_dir if cfg.glue_dir is not None else os.environ.get("GLUE_DIR") or None
+    if glue_dir is not None:
+        folder = Path(glue_dir).expanduser()
+        if not folder.is_dir():
+            raise UsageError(f"GLUE folder {glue_dir!r} does not exist or is not a folder")
+        tasks = [t for t in glue.GLUE_TASKS.values() if (folder / t.folder / "train.tsv").is_file()]
+        if not tasks:
+            raise UsageError(f"GLUE folder {glue_dir!r} has no training set (looked for "
+                             f"{', '.join(t.folder + '/train.tsv' for t in glue.GLUE_TASKS.values())})")
+        texts = (text for t in tasks for ex in glue.load_split(t, "train", folder) for text in ex.texts)
+        lines = list(dict.fromkeys(text.strip() for text in texts if text.strip()))  # SST-2 repeats phrases
+        return lines, {"source": "glue", "path": str(folder), "tasks": [t.name for t in tasks]}
+    return generated_corpus(), {"source": "generated"}
+
+
+def pack_blocks(lines: list[str], tokenizer, max_len: int, chunk_size: int = 4096) -> list[list[int]]:
+    """Token ids packed whole-line into blocks `[CLS] a [SEP] b [SEP] ...` of at most max_len (a longer line
+    is cut), so there is little padding and attention sees sentence boundaries, as in contiguous text."""
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    blocks, current = [], [cls]
+    for start in range(0, len(lines), chunk_size):
+        ids = tokenizer(lines[start:start + chunk_size], add_special_tokens=False, truncation=True,
+                        max_length=max_len - 2)["input_ids"]
+        for tokens in ids:
+            if not tokens:
+                continue
+            if len(current) + len(tokens) + 1 > max_len:
+                blocks.append(current)
+                current = [cls]
+            current += tokens + [sep]
+    if len(current) > 1:
+        blocks.append(current)
+    return blocks
+
+
+def pad_blocks(blocks: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask), both (B, L), padded to the batch's longest block."""
+    B, L = len(blocks), max(map(len, blocks))
+    input_ids = torch.full((B, L), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((B, L), dtype=torch.long)
+    for b, block in enumerate(blocks):
+        input_ids[b, :len(block)] = torch.tensor(block)
+        attention_mask[b, :len(block)] = 1
+    return input_ids, attention_mask
+
+
+def step_generator(*key: int) -> torch.Generator:
+    """A CPU generator seeded from a tuple of ints: masks that depend on (seed, step) only, on every device."""
+    return torch.Generator().manual_seed(int(np.random.SeedSequence(list(key)).generate_state(1)[0]))
+
+
+def mask_tokens(input_ids: torch.Tensor, special_ids: list[int], mask_token_id: int, vocab_size: int,
+                mlm_probability: float, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's corruption (Devlin et al. 2019, Sec. 3.1): (inputs, labels), both (B, L).
+
+    mlm_probability of the tokens are chosen, never special ones or padding; of those 80% become [MASK],
+    10% a random token and 10% stay as they are. Labels hold the original id where chosen, IGNORE elsewhere.
+    """
+    special = torch.isin(input_ids, torch.tensor(special_ids))
+    chosen = (torch.rand(input_ids.shape, generator=generator) < mlm_probability) & ~special
+    kind = torch.rand(input_ids.shape, generator=generator)
+    random_ids = torch.randint(vocab_size, input_ids.shape, generator=generator)
+    inputs = torch.where(chosen & (kind < 0.8), mask_token_id, input_ids)
+    inputs = torch.where(chosen & (kind >= 0.8) & (kind < 0.9), random_ids, inputs)
+    return inputs, torch.where(chosen, input_ids, IGNORE)
+
+
+# ----------------------------------------------------------------------------------------------
+# Model
+
+
+@dataclass
+class MaskedLMOutput:
+    loss_sum: torch.Tensor  # summed cross-entropy over the predicted positions
+    count: int  # number of predicted positions
+    attentions: tuple[torch.Tensor, ...] | None  # per layer (B, H, L, L), when requested
+
+    @property
+    def loss(self) -> torch.Tensor:
+        return self.loss_sum / max(1, self.count)
+
+
+class BertForMaskedLM(nn.Module):
+    """Our BertModel plus BERT's MLM head: dense + GELU + LayerNorm, then a decoder tied to the word
+    embeddings with its own bias (Devlin et al. 2019; Hugging Face's BertLMPredictionHead)."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.bert = BertModel(cfg)
+        self.transform = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self.transform.apply(BertModel._init_weights)
+
+    def forward(self, input_ids, attention_mask, labels, output_attentions: bool = False) -> MaskedLMOutput:
+        out = self.bert(input_ids, attention_mask, output_attentions=output_attentions)
+        chosen = labels != IGNORE  # the decoder runs on these positions only: (N,) of B·L
+        h = self.norm(F.gelu(self.transform(out.last_hidden_state[chosen])))  # (N, d)
+        logits = h @ self.bert.embeddings.word.weight.T + self.bias  # (N, V)
+        loss_sum = F.cross_entropy(logits.float(), labels[chosen], reduction="sum")
+        return MaskedLMOutput(loss_sum, int(chosen.sum()), out.attentions)
+
+    def hf_state_dict(self) -> dict[str, torch.Tensor]:
+        """Tensors under Hugging Face BertForMaskedLM names (the tied decoder weight is the embedding)."""
+        cfg = self.bert.config
+        state = {f"bert.{k}": v for k, v in ours_to_hf(self.bert.state_dict(), cfg.num_hidden_layers).items()}
+        state.update({"cls.predictions.transform.dense.weight": self.transform.weight,
+                      "cls.predictions.transform.dense.bias": self.transform.bias,
+                      "cls.predictions.transform.LayerNorm.weight": self.norm.weight,
+                      "cls.predictions.transform.LayerNorm.bias": self.norm.bias,
+                      "cls.predictions.bias": self.bias})
+        return {k: v.detach().cpu().contiguous().clone() for k, v in state.items()}  # no shared storage
+
+
+def export_model(model: BertForMaskedLM, out: Path) -> None:
+    """Write a Hugging Face BertForMaskedLM folder with the packaged tokenizer, readable by load_pretrained."""
+    cfg = model.bert.config
+    write_json(out / "config.json", {**cfg.to_dict(), "model_type": "bert", "architectures": ["BertForMaskedLM"],
+                                     "tie_word_embeddings": True})
+    atomic_write(out / WEIGHTS, lambda f: f.write(safetensors_save(model.hf_state_dict())))
+    source = default_model_dir()
+    for name in TOKENIZER_FILES:
+        if (source / name).is_file():
+            data = (source / name).read_bytes()
+            atomic_write(out / name, lambda f, data=data: f.write(data))
+
+
+# ----------------------------------------------------------------------------------------------
+# Training
+
+
+def _check_same_run(saved: dict, cfg: PretrainConfig, where: Path) -> None:
+    """Refuse to resume or reuse another configuration's output (a missing field counts as its default)."""
+    mine, defaults = cfg.to_dict(), PretrainConfig().to_dict()
+    diff = sorted(k for k in mine if k != "output_dir" and saved.get(k, defaults[k]) != mine[k])
+    if diff:
+        k = diff[0]
+        raise UsageError(f"{where} holds a different run's checkpoint ({k}={saved.get(k, defaults[k])!r}, this run "
+                         f"has {k}={mine[k]!r}); use another --output-dir or delete it")
+
+
+@torch.no_grad()
+def evaluate(model: BertForMaskedLM, blocks: list[list[int]], batch_size: int, pad_id: int, masking: dict,
+             guidance: AttentionGuidance, device) -> dict:
+    """Held-out MLM loss (mean over all predicted tokens) and L_AG (mean over batches), with fixed masks.
+
+    L_AG is scored for MLM runs too: how far unguided heads are from the patterns is half of the comparison.
+    """
+    model.eval()
+    loss_sum, count, ag_sum, batches = 0.0, 0, 0.0, 0
+    for start in range(0, len(blocks), batch_size):
+        input_ids, attention_mask = pad_blocks(blocks[start:start + batch_size], pad_id)
+        inputs, labels = mask_tokens(input_ids, generator=step_generator(HELD_OUT_SEED, start), **masking)
+        inputs, attention_mask, labels = inputs.to(device), attention_mask.to(device), labels.to(device)
+        out = model(inputs, attention_mask, labels, output_attentions=True)
+        loss_sum += out.loss_sum.item()
+        count += out.count
+        ag_sum += guidance.loss(out.attentions, inputs, attention_mask).item()
+        batches += 1
+    model.train()
+    return {"mlm_loss": loss_sum / max(1, count), "ag_loss": ag_sum / batches}
+
+
+def pretrain(cfg: PretrainConfig) -> dict:
+    """Pre-train, score the held-out blocks every eval_every steps, checkpoint, resume; return metrics.json."""
+    from transformers import BertTokenizerFast
+
+    out = Path(cfg.output_dir)
+    if (out / METRICS).exists():
+        done = json.loads((out / METRICS).read_text())
+        _check_same_run(done["config"], cfg, out)
+        if done.get("status") == "complete":
+            return done  # the same command after completion costs nothing
+    accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision)
+    if accelerator.num_processes > 1:
+        raise UsageError(f"pretrain runs in one process; it was launched in {accelerator.num_processes} "
+                         f"(run it with python -m course_lib pretrain)")
+    tokenizer = BertTokenizerFast.from_pretrained(str(default_model_dir()))
+    lines, corpus = load_corpus(cfg)
+    blocks = pack_blocks(lines, tokenizer, cfg.max_len)
+    if len(blocks) <= cfg.eval_blocks:
+        raise UsageError(f"the corpus packs into {len(blocks)} blocks of {cfg.max_len} tokens, not more than "
+                         f"eval_blocks={cfg.eval_blocks}: give a larger corpus or a smaller --eval-blocks")
+    held_out = set(np.random.default_rng(HELD_OUT_SEED).permutation(len(blocks))[:cfg.eval_blocks].tolist())
+    eval_set = [b for i, b in enumerate(blocks) if i in held_out]
+    train_set = [b for i, b in enumerate(blocks) if i not in held_out]
+    corpus.update(lines=len(lines), train_blocks=len(train_set), eval_blocks=len(eval_set),
+                  train_tokens=sum(map(len, train_set)))
+
+    seed_everything(cfg.seed)
+    bert_cfg = BertConfig(vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
+                          num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
+                          hidden_dropout_prob=cfg.hidden_dropout, attention_probs_dropout_prob=cfg.attention_dropout,
+                          max_position_embeddings=cfg.max_len, pad_token_id=tokenizer.pad_token_id)
+    model = BertForMaskedLM(bert_cfg)
+    guidance = AttentionGuidance(cfg.num_heads, cfg.ag_head_types, cfg.ag_reduction, cfg.ag_boundary,
+                                 delimiter_ids=(tokenizer.cls_token_id, tokenizer.sep_token_id),
+                                 period_ids=tokenizer.convert_tokens_to_ids(["."]))
+    masking = {"special_ids": tokenizer.all_special_ids, "mask_token_id": tokenizer.mask_token_id,
+               "vocab_size": len(tokenizer), "mlm_probability": cfg.mlm_probability}
+    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8,
+                                  fused=True)
+    scheduler = linear_warmup_decay(optimizer, cfg.warmup_steps, cfg.max_steps)
+
+    state = {"step": 0, "train_curve": [], "eval_curve": [], "window": {}, "skipped_steps": 0,
+             "train_seconds": 0.0, "eval_seconds": 0.0}
+    ckpt_path = out / CHECKPOINT
+    if out.is_dir():
+        remove_stale_temporaries(out)
+    if ckpt_path.exists():
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        _check_same_run(ckpt["config"], cfg, out)
+        if ckpt["corpus"] != corpus:
+            raise UsageError(f"{out} was trained on another corpus ({ckpt['corpus']['source']}, "
+                             f"{ckpt['corpus']['lines']} lines; now {corpus['source']}, {corpus['lines']} lines): "
+                             f"use another --output-dir or the same corpus")
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scheduler.load_state_dict(ckpt["scheduler"])
+        state = ckpt["state"]
+        torch.set_rng_state(ckpt["rng"])
+        if torch.cuda.is_available() and ckpt.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state_all(ckpt["cuda_rng"])
+        accelerator.print(f"resuming {out} at step {state['step']}")
+    model, optimizer = accelerator.prepare(model, optimizer)
+    base = accelerator.unwrap_model(model)
+    device = accelerator.device
+
+    def save_checkpoint() -> None:
+        save_torch(ckpt_path, {"config": cfg.to_dict(), "corpus": corpus, "model": base.state_dict(),
+                               "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                               "state": state, "rng": torch.get_rng_state(),
+                               "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None})
+
+    def write_metrics(status: str) -> dict:
+        final = {"train_mlm_loss": state["train_curve"][-1]["mlm_loss"] if state["train_curve"] else None,
+                 "eval_mlm_loss": state["eval_curve"][-1]["mlm_loss"] if state["eval_curve"] else None,
+                 "eval_ag_loss": state["eval_curve"][-1]["ag_loss"] if state["eval_curve"] else None}
+        result = {"config": cfg.to_dict(), "corpus": corpus, "status": status, "method": cfg.method,
+                  "train_steps": state["step"], "skipped_steps": state["skipped_steps"],
+                  "parameters": sum(p.numel() for p in base.parameters()),
+                  "train_curve": state["train_curve"], "eval_curve": state["eval_curve"], "final": final,
+                  "timing": {"train_seconds": round(state["train_seconds"], 1),
+                             "eval_seconds": round(state["eval_seconds"], 1)}}
+        write_json(out / METRICS, result)
+        return result
+
+    def score_held_out() -> None:
+        started = time.perf_counter()
+        entry = {"step": state["step"], **evaluate(base, eval_set, cfg.batch_size, tokenizer.pad_token_id,
+                                                   masking, guidance, device)}
+        state["eval_curve"].append(entry)
+        state["eval_seconds"] += time.perf_counter() - started
+
+    def log_window() -> None:
+        window = state["window"]
+        if window.get("steps"):
+            entry = {"step": state["step"], "mlm_loss": window["mlm"] / window["steps"],
+                     "lr": scheduler.get_last_lr()[0]}
+            if cfg.method == "ag":
+                entry.update(ag_loss=window["ag"] / window["steps"], ag_alpha=window["alpha"])
+            state["train_curve"].append(entry)
+        state["window"] = {}
+
+    if not state["eval_curve"]:
+        score_held_out()  # step 0: the untrained model, ln(vocab) or so
+    steps_per_epoch = math.ceil(len(train_set) / cfg.batch_size)
+    lengths = [len(b) for b in train_set]
+    batches, batches_epoch = None, -1
+    model.train()
+    bar = progress(total=cfg.max_steps, initial=state["step"], desc=f"pretrain {cfg.method}")
+    started = time.perf_counter()
+    while state["step"] < cfg.max_steps:
+        step = state["step"]
+        epoch, index = divmod(step, steps_per_epoch)
+        if epoch != batches_epoch:
+            batches, batches_epoch = glue.epoch_batches(lengths, cfg.batch_size, cfg.seed, epoch), epoch
+        input_ids, attention_mask = pad_blocks([train_set[i] for i in batches[index]], tokenizer.pad_token_id)
+        inputs, labels = mask_tokens(input_ids, generator=step_generator(cfg.seed, step), **masking)
+        inputs, attention_mask, labels = inputs.to(device), attention_mask.to(device), labels.to(device)
+        guided = cfg.method == "ag"
+        output = model(inputs, attention_mask, labels, output_attentions=guided)
+        mlm_loss = output.loss
+        loss = mlm_loss
+        if guided:
+            alpha = ag_scale_at(step, cfg.max_steps, cfg.ag_scale, cfg.ag_plateau_steps)
+            ag_loss = guidance.loss(output.attentions, inputs, attention_mask)
+            loss = mlm_loss + alpha * ag_loss
+        value = loss.item()
+        if math.isfinite(value):
+            accelerator.backward(loss)
+            if cfg.max_grad_norm > 0:
+                accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            window = state["window"]
+            window["steps"] = window.get("steps", 0) + 1
+            window["mlm"] = window.get("mlm", 0.0) + mlm_loss.item()
+            if guided:
+                window["ag"] = window.get("ag", 0.0) + ag_loss.item()
+                window["alpha"] = alpha
+        elif cfg.on_nonfinite_loss == "skip":
+            optimizer.zero_grad(set_to_none=True)
+            state["skipped_steps"] += 1
+        else:
+            kept = f"the last good checkpoint is kept in {ckpt_path}" if ckpt_path.exists() else \
+                "no checkpoint was written yet"
+            raise RunFailed(f"loss is {value} at step {step + 1}; {kept} "
+                            f"(try a lower --lr or --ag-scale, or --on-nonfinite-loss skip)")
+        scheduler.step()
+        state["step"] += 1
+        bar.update()
+        bar.set_postfix(loss=f"{value:.4f}")
+        if state["step"] % cfg.log_every == 0 or state["step"] == cfg.max_steps:
+            log_window()
+        if state["step"] % cfg.eval_every == 0 or state["step"] == cfg.max_steps:
+            state["train_seconds"] += time.perf_counter() - started
+            score_held_out()
+            save_checkpoint()
+            write_metrics("running")
+            started = time.perf_counter()
+    bar.close()
+    result = write_metrics("complete")
+    export_model(base, out)
+    if not cfg.keep_checkpoint:
+        ckpt_path.unlink(missing_ok=True)
+    return result

@@ -1,0 +1,137 @@
+"""SSA (Kou et al. 2020): the pooling identities, the label generator on a stub classifier, the schedule."""
+import math
+import random
+
+import torch
+
+from course_lib.bert import BertModel
+from course_lib.config import BertConfig
+from course_lib.heads import SequenceClassifier
+from course_lib.ssa import (IGNORE, SSAClassifier, aug_ratio, bert_mask_epoch_features, mask_positions,
+                            ssa_epoch_features)
+
+CLS, SEP, PAD, MASK, FUNNY = 101, 102, 0, 103, 7
+
+
+def tiny_ssa(hybrid=True, **kw):
+    torch.manual_seed(0)
+    enc = BertModel(BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                               intermediate_size=64, max_position_embeddings=32))
+    return SSAClassifier(enc, 2, 0.1, [CLS, SEP, PAD], max_len=32, hybrid=hybrid, **kw).eval()
+
+
+def batch():
+    ids = torch.tensor([[CLS, 11, 12, 13, 14, SEP, PAD, PAD], [CLS, 21, 22, SEP, 23, 24, 25, SEP]])
+    return ids, (ids != PAD).long()
+
+
+def test_beta_one_is_the_plain_head_without_dropout():
+    model = tiny_ssa(ssa_cls_weight=1.0)
+    ids, mask = batch()
+    plain = SequenceClassifier(model.encoder, 2, dropout=0.0).eval()
+    plain.classifier = model.classifier
+    torch.testing.assert_close(model(ids, mask).logits, plain(ids, mask).logits)
+
+
+def test_pooling_weights():
+    model = tiny_ssa(ssa_cls_weight=0.0, ssa_threshold=0.3)
+    ids, mask = batch()
+    hidden = torch.randn(2, 8, 32)
+    pooled = torch.randn(2, 32)
+    equal = torch.full((2, 8), 0.6)  # beta = 0 and equal scores: the mean of H over kept tokens
+    kept = torch.tensor([[0, 1, 1, 1, 1, 0, 0, 0], [0, 1, 1, 0, 1, 1, 1, 0]], dtype=torch.bool)
+    expected = torch.stack([hidden[b][kept[b]].mean(0) for b in range(2)])
+    torch.testing.assert_close(model.pool(hidden, pooled, equal, ids, mask), expected)
+    scores = torch.tensor([[0.9, 0.95, 0.2, 0.31, 0.8, 0.9, 0.9, 0.9], [0.5, 1.0, 0.3, 0.9, 0.35, 0.7, 0.99, 0.1]])
+    real = mask.bool() & ~torch.isin(ids, torch.tensor([CLS, SEP, PAD]))
+    keep = real & (scores >= 0.3)
+    weights = torch.softmax(scores + (~keep) * -1e4, -1)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2))
+    assert (weights[~keep] < 1e-30).all()
+    ratio = weights[0][keep[0]].max() / weights[0][keep[0]].min()
+    assert ratio <= math.exp(1 - 0.3) + 1e-6
+    context = torch.einsum("bl,bld->bd", weights, hidden)
+    torch.testing.assert_close(model.pool(hidden, pooled, scores, ids, mask), context)
+
+
+def test_a_row_without_kept_tokens_falls_back_to_the_pooled_output():
+    model = tiny_ssa(ssa_cls_weight=0.5, ssa_threshold=0.3)
+    ids, mask = batch()
+    hidden, pooled = torch.randn(2, 8, 32), torch.randn(2, 32)
+    out = model.pool(hidden, pooled, torch.zeros(2, 8), ids, mask)  # every score below the threshold
+    torch.testing.assert_close(out, pooled)
+
+
+def feature(tokens, label=1):
+    ids = [CLS, *tokens, SEP]
+    return {"input_ids": ids, "token_type_ids": [0] * len(ids), "label": label}
+
+
+def funny_stub(feats):
+    """'Positive iff the token funny is present': a classifier whose reasons are known exactly."""
+    return [int(FUNNY in f["input_ids"]) for f in feats]
+
+
+def test_label_generator_on_a_stub_classifier():
+    rng = random.Random(0)
+    feats = [feature([rng.randrange(20, 90) for _ in range(12)] + [FUNNY], label=1) for _ in range(40)]
+    feats += [feature([rng.randrange(20, 90) for _ in range(12)], label=0) for _ in range(40)]
+    special = {CLS, SEP, PAD}
+    code, stats = ssa_epoch_features(feats, funny_stub, epoch=2, seed=0, special_ids=special, mask_id=MASK,
+                                     is_regression=False, label_mode="code")
+    assert len(code) == len(feats) and stats["aug_ratio"] == 0.4
+    probed = [f for f in code if 0 in f["token_labels"]]
+    assert probed, "some probes should qualify"
+    for f in probed:
+        zeros = [i for i, y in enumerate(f["token_labels"]) if y == 0]
+        assert all(f["input_ids"][i] != FUNNY for i in zeros)  # masking 'funny' flips: never labelled 0
+        assert MASK not in f["input_ids"]  # training input is the original sentence
+        assert f["token_labels"][0] == IGNORE and f["token_labels"][-1] == IGNORE
+        assert set(f["token_labels"][1:-1]) == {0, 1}
+    paper, _ = ssa_epoch_features(feats, funny_stub, epoch=2, seed=0, special_ids=special, mask_id=MASK,
+                                  is_regression=False, label_mode="paper")
+    flipped = [f for f in paper if 1 in f["token_labels"]]
+    assert flipped  # the paper labels a flipping probe's masked tokens 1: 'funny' is always among them
+    assert all(f["token_labels"][f["input_ids"].index(FUNNY)] == 1 for f in flipped)
+    held = [f for f in paper if 0 in f["token_labels"]]
+    assert held and all(f["token_labels"][f["input_ids"].index(FUNNY)] == IGNORE for f in held
+                        if FUNNY in f["input_ids"])  # a probe that held never masked 'funny'
+    assert all(set(f["token_labels"]) <= {IGNORE, 0, 1} for f in paper)
+    wrong = [{**f, "label": 1 - f["label"]} for f in feats]  # a stub that always errs yields no probes
+    none, stats = ssa_epoch_features(wrong, funny_stub, epoch=2, seed=0, special_ids=special, mask_id=MASK,
+                                     is_regression=False)
+    assert stats["labelled"] == 0 and all(0 not in f["token_labels"] for f in none)
+
+
+def test_sampler_bounds_and_spans():
+    rng = random.Random(1)
+    assert mask_positions([range(1, 30)], rng, trigger_p=0.0) == set()
+    for n in (1, 2, 5, 17, 50):
+        seg = range(1, n + 1)
+        for _ in range(50):
+            masked = mask_positions([seg], rng)
+            assert masked <= set(seg)
+    fractions = [len(mask_positions([range(0, 40)], rng)) / 40 for _ in range(400)]
+    assert 0.08 < sum(fractions) / len(fractions) < 0.2  # the code's ~10-16%, not the paper's 0.3
+
+
+def test_schedule_and_epoch_size():
+    assert [aug_ratio(e) for e in range(6)] == [0.0, 0.2, 0.4, 0.6, 0.8, 0.8]
+    feats = [feature(list(range(20, 35))) for _ in range(50)]
+    for epoch in range(5):
+        out, stats = bert_mask_epoch_features(feats, epoch, 0, {CLS, SEP, PAD}, MASK)
+        assert len(out) == 50 and stats["labelled"] == int(50 * aug_ratio(epoch))
+        assert sum(MASK in f["input_ids"] for f in out) <= stats["labelled"]
+
+
+def test_training_loss_mixes_task_and_token_losses():
+    model = tiny_ssa(hybrid=False, ssa_target_weight=0.7).train()
+    ids, mask = batch()
+    labels = torch.tensor([1, 0])
+    token_labels = torch.where(mask.bool() & ~torch.isin(ids, torch.tensor([CLS, SEP])), 1, IGNORE)
+    torch.manual_seed(0)
+    out = model(ids, mask, labels=labels, token_labels=token_labels)
+    torch.manual_seed(0)
+    task_only = model(ids, mask, labels=labels)
+    expected = 0.7 * task_only.loss + 0.3 * out.stats["ssa_loss"]
+    torch.testing.assert_close(out.loss, expected)
