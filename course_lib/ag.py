@@ -3,7 +3,7 @@ Transformers", Findings of EMNLP 2020).
 
 Pre-training adds an auxiliary loss that pulls some heads towards fixed attention patterns:
 
-    L = L_MLM + alpha_t · L_AG,     L_AG = sum over guided (layer k, head j) of ||H_kj - P_j||²_F   (Sec. 3)
+    L = L_MLM + alpha_t · L_AG,     L_AG = sum over guided (layer k, head j) of ||H_kj - P_j||²_F
 
 H_kj is the (L, L) attention map of head j in layer k and P_j the pattern given to head index j, the same in
 every layer; all layers are guided and gradients reach every parameter. alpha_t decays linearly to 0.
@@ -160,9 +160,9 @@ class AttentionGuidance:
              attention_mask: torch.Tensor) -> torch.Tensor:
         """L_AG summed over layers and head groups, each group reduced as `ag_reduction` says.
 
-        mean: squared error averaged over the group's real (query, key) entries, B·h·sum(n_b²) of them as
-        the code's MSELoss over B·h·n·n at unpadded length; frobenius: ||H - P||²_F summed over the group's
-        heads, averaged over the batch (Eq. 1 of the paper, per example).
+        mean: squared error averaged over the group's real (query, key) entries, h·sum_b n_b² of them (the
+        code's MSELoss over B·h·n·n when nothing is padded); frobenius: ||H - P||²_F summed over the group's
+        heads, averaged over the batch (the paper's per-example sum). Both are summed over layers and groups.
         """
         targets = self.targets(input_ids, attention_mask)
         valid = attention_mask.bool()

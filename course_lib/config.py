@@ -233,7 +233,7 @@ class PretrainConfig(Validated):
     ag_scale: float = 10.0  # ag: alpha_0 (paper: 10 for 12/16 layers, 100 for 8; code default 10)
     ag_plateau_steps: int = 0  # ag: steps at alpha_0 before the linear decay (the code: 20000)
     ag_head_types: str = "0,1,1,4"  # ag: head counts for identity,next,prev,first[,delim,period], or names
-    ag_reduction: str = "mean"  # ag: mean (authors' code) | frobenius (paper's Eq.)
+    ag_reduction: str = "mean"  # ag: mean (authors' code) | frobenius (paper)
     ag_boundary: str = "uniform"  # ag: last [Next] / first [Prev] row uniform (paper) | zero (code)
     ag_attention: str = "pre"  # ag: maps before attention dropout; the code's post-dropout is not available
 

@@ -375,6 +375,7 @@ def pretrain(cfg: PretrainConfig) -> dict:
     steps_per_epoch = math.ceil(len(train_set) / cfg.batch_size)
     lengths = [len(b) for b in train_set]
     batches, batches_epoch = None, -1
+    guided = cfg.method == "ag"
     model.train()
     bar = progress(total=cfg.max_steps, initial=state["step"], desc=f"pretrain {cfg.method}")
     started = time.perf_counter()
@@ -386,7 +387,6 @@ def pretrain(cfg: PretrainConfig) -> dict:
         input_ids, attention_mask = pad_blocks([train_set[i] for i in batches[index]], tokenizer.pad_token_id)
         inputs, labels = mask_tokens(input_ids, generator=step_generator(cfg.seed, step), **masking)
         inputs, attention_mask, labels = inputs.to(device), attention_mask.to(device), labels.to(device)
-        guided = cfg.method == "ag"
         output = model(inputs, attention_mask, labels, output_attentions=guided)
         mlm_loss = output.loss
         loss = mlm_loss
