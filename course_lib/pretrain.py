@@ -38,9 +38,9 @@ from . import glue
 from .ag import AttentionGuidance, ag_scale_at
 from .bert import BertModel
 from .config import BertConfig, PretrainConfig
-from .errors import RunFailed, UsageError
+from .errors import UsageError
 from .repro import atomic_write, progress, remove_stale_temporaries, save_torch, seed_everything, write_json
-from .train import linear_warmup_decay, param_groups
+from .train import guarded_step, linear_warmup_decay, param_groups
 from .weights import default_model_dir, ours_to_hf
 
 CHECKPOINT, METRICS, WEIGHTS = "checkpoint.pt", "metrics.json", "model.safetensors"
@@ -395,26 +395,16 @@ def pretrain(cfg: PretrainConfig) -> dict:
             ag_loss = guidance.loss(output.attentions, inputs, attention_mask)
             loss = mlm_loss + alpha * ag_loss
         value = loss.item()
-        if math.isfinite(value):
-            accelerator.backward(loss)
-            if cfg.max_grad_norm > 0:
-                accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+        if guarded_step(loss, value, accelerator, model, optimizer, cfg.max_grad_norm, cfg.on_nonfinite_loss,
+                        f"step {step + 1}", ckpt_path, "try a lower --lr or --ag-scale"):
             window = state["window"]
             window["steps"] = window.get("steps", 0) + 1
             window["mlm"] = window.get("mlm", 0.0) + mlm_loss.item()
             if guided:
                 window["ag"] = window.get("ag", 0.0) + ag_loss.item()
                 window["alpha"] = alpha
-        elif cfg.on_nonfinite_loss == "skip":
-            optimizer.zero_grad(set_to_none=True)
-            state["skipped_steps"] += 1
         else:
-            kept = f"the last good checkpoint is kept in {ckpt_path}" if ckpt_path.exists() else \
-                "no checkpoint was written yet"
-            raise RunFailed(f"loss is {value} at step {step + 1}; {kept} "
-                            f"(try a lower --lr or --ag-scale, or --on-nonfinite-loss skip)")
+            state["skipped_steps"] += 1
         scheduler.step()
         state["step"] += 1
         bar.update()

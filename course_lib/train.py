@@ -156,6 +156,27 @@ def _batch_loss(model, features: list[dict], pad_id: int, accelerator: Accelerat
     return out.loss * weight, out.stats
 
 
+def guarded_step(loss: torch.Tensor, value: float, accelerator: Accelerator, model, optimizer,
+                 max_grad_norm: float, on_nonfinite: str, where: str, ckpt_path: Path, hint: str) -> bool:
+    """Backward, clip and step when the loss `value` is finite; return False for a skipped step.
+
+    A NaN or infinite loss either skips the step (on_nonfinite="skip") or stops the run with RunFailed,
+    naming where it happened; the last good checkpoint on disk is left untouched.
+    """
+    if math.isfinite(value):
+        accelerator.backward(loss)
+        if max_grad_norm > 0:
+            accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return True
+    if on_nonfinite == "skip":
+        optimizer.zero_grad(set_to_none=True)
+        return False
+    kept = f"the last good checkpoint is kept in {ckpt_path}" if ckpt_path.exists() else "no checkpoint was written yet"
+    raise RunFailed(f"loss is {value} at {where}; {kept} ({hint}, or --on-nonfinite-loss skip)")
+
+
 def _accumulate(totals: dict, stats: dict) -> None:
     """Add a step's method statistics (numbers or per-layer lists) to the epoch's running sums."""
     for key, value in stats.items():
@@ -257,21 +278,13 @@ def finetune(cfg: FinetuneConfig) -> dict:
         for rows in batches[state["step_in_epoch"]:]:
             loss, stats = _batch_loss(model, [epoch_train[i] for i in rows], pad_id, accelerator)
             batch_loss = accelerator.reduce(loss.detach().clone(), reduction="mean").item()  # same on every process
-            if math.isfinite(batch_loss):
-                accelerator.backward(loss)
-                if cfg.max_grad_norm > 0:
-                    accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+            if guarded_step(loss, batch_loss, accelerator, model, optimizer, cfg.max_grad_norm,
+                            cfg.on_nonfinite_loss, f"epoch {epoch + 1}, step {state['step_in_epoch'] + 1}",
+                            ckpt_path, "try a lower --lr"):
                 state["epoch_loss"] = state.get("epoch_loss", 0.0) + batch_loss
                 _accumulate(state.setdefault("epoch_stats", {}), stats)
-            elif cfg.on_nonfinite_loss == "skip":
-                state["skipped_steps"] = state.get("skipped_steps", 0) + 1
             else:
-                kept = f"the last good checkpoint is kept in {ckpt_path}" if ckpt_path.exists() else \
-                    "no checkpoint was written yet"
-                raise RunFailed(f"loss is {batch_loss} at epoch {epoch + 1}, step {state['step_in_epoch'] + 1}; "
-                                f"{kept} (try a lower --lr, or --on-nonfinite-loss skip)")
+                state["skipped_steps"] = state.get("skipped_steps", 0) + 1
             scheduler.step()
             state["step_in_epoch"] += 1
             state["global_step"] += 1
