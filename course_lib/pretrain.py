@@ -40,7 +40,7 @@ from .bert import BertModel
 from .config import BertConfig, PretrainConfig
 from .errors import UsageError
 from .repro import atomic_write, progress, remove_stale_temporaries, save_torch, seed_everything, write_json
-from .train import guarded_step, linear_warmup_decay, param_groups
+from .train import check_same_run, guarded_step, linear_warmup_decay, param_groups
 from .weights import default_model_dir, ours_to_hf
 
 CHECKPOINT, METRICS, WEIGHTS = "checkpoint.pt", "metrics.json", "model.safetensors"
@@ -237,16 +237,6 @@ def export_model(model: BertForMaskedLM, out: Path) -> None:
 # Training
 
 
-def _check_same_run(saved: dict, cfg: PretrainConfig, where: Path) -> None:
-    """Refuse to resume or reuse another configuration's output (a missing field counts as its default)."""
-    mine, defaults = cfg.to_dict(), PretrainConfig().to_dict()
-    diff = sorted(k for k in mine if k != "output_dir" and saved.get(k, defaults[k]) != mine[k])
-    if diff:
-        k = diff[0]
-        raise UsageError(f"{where} holds a different run's checkpoint ({k}={saved.get(k, defaults[k])!r}, this run "
-                         f"has {k}={mine[k]!r}); use another --output-dir or delete it")
-
-
 @torch.no_grad()
 def evaluate(model: BertForMaskedLM, blocks: list[list[int]], batch_size: int, pad_id: int, masking: dict,
              guidance: AttentionGuidance, device) -> dict:
@@ -276,7 +266,7 @@ def pretrain(cfg: PretrainConfig) -> dict:
     out = Path(cfg.output_dir)
     if (out / METRICS).exists():
         done = json.loads((out / METRICS).read_text())
-        _check_same_run(done["config"], cfg, out)
+        check_same_run(done["config"], cfg, out)
         if done.get("status") == "complete":
             return done  # the same command after completion costs nothing
     accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision)
@@ -317,7 +307,7 @@ def pretrain(cfg: PretrainConfig) -> dict:
         remove_stale_temporaries(out)
     if ckpt_path.exists():
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        _check_same_run(ckpt["config"], cfg, out)
+        check_same_run(ckpt["config"], cfg, out)
         if ckpt["corpus"] != corpus:
             raise UsageError(f"{out} was trained on another corpus ({ckpt['corpus']['source']}, "
                              f"{ckpt['corpus']['lines']} lines; now {corpus['source']}, {corpus['lines']} lines): "

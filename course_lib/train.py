@@ -184,12 +184,12 @@ def _accumulate(totals: dict, stats: dict) -> None:
                        ).tolist() if key in totals else value
 
 
-def _check_same_run(saved: dict, cfg: FinetuneConfig, path: Path) -> None:
-    """Refuse to resume or reuse the output of a different configuration.
+def check_same_run(saved: dict, cfg, path: Path) -> None:
+    """Refuse to resume or reuse the output of a different configuration (any config dataclass).
 
     A field missing from an older file counts as its default, so adding an option never orphans old runs.
     """
-    mine, defaults = cfg.to_dict(), FinetuneConfig().to_dict()
+    mine, defaults = cfg.to_dict(), type(cfg)().to_dict()
     diff = sorted(k for k in mine if k != "output_dir" and saved.get(k, defaults[k]) != mine[k])
     if diff:
         k = diff[0]
@@ -203,7 +203,7 @@ def _finished(out: Path, cfg: FinetuneConfig) -> dict | None:
     if not path.exists():
         return None
     result = json.loads(path.read_text())
-    _check_same_run(result["config"], cfg, out)
+    check_same_run(result["config"], cfg, out)
     return result if result.get("status") == "complete" else None
 
 
@@ -238,7 +238,7 @@ def finetune(cfg: FinetuneConfig) -> dict:
         remove_stale_temporaries(out)
     if ckpt_path.exists():
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        _check_same_run(ckpt["config"], cfg, out)
+        check_same_run(ckpt["config"], cfg, out)
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
