@@ -15,6 +15,7 @@ class ClassifierOutput:
     logits: torch.Tensor  # (B, num_labels)
     loss: torch.Tensor | None = None  # the training objective, when labels are given
     stats: dict = field(default_factory=dict)  # method-specific numbers to log (masking proportion, ...)
+    token_logits: torch.Tensor | None = None  # (B, L, 2) from a token head (SSA), for plots of token scores
 
 
 class SequenceClassifier(nn.Module):

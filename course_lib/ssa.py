@@ -95,8 +95,7 @@ class SSAClassifier(SequenceClassifier):
             logits = self.classifier(pooled)
         else:
             logits = self.classifier(self.dropout(out.pooler_output))
-        result = ClassifierOutput(logits, stats={})
-        result.token_logits = token_logits
+        result = ClassifierOutput(logits, token_logits=token_logits)
         if labels is not None:
             loss = self.loss(logits, labels)
             if token_labels is not None and (token_labels != IGNORE).any():
