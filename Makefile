@@ -1,6 +1,7 @@
-# Two entry points, both work on a fresh clone with no network beyond PyPI:
-#   make test   create .venv if missing, install, run the whole test suite
-#   make demo   create .venv if missing, install, run the main job on the packaged model (CPU)
+# Entry points; all work on a fresh clone with no network beyond PyPI:
+#   make test        create .venv if missing, install, run the test suite and the notebooks (nbval)
+#   make demo        run every notebook's smoke preset through the batch runner; print the results table
+#   make notebooks   re-execute the notebooks in place (smoke defaults), refreshing their committed outputs
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -10,21 +11,28 @@ export GLUE_DIR
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: test demo clean
+.PHONY: test demo notebooks clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PY) -m ipykernel install --sys-prefix --name attention-lab --display-name attention-lab
 	touch $@
 
 test: $(STAMP)
 	$(PY) -m pytest
 
 demo: $(STAMP)
-	$(PY) -m course_lib finetune --task sst2 --max-train-samples 4000 --epochs 2 --max-len 64 \
-		--lr 5e-5 --warmup-ratio 0.06 --batch-size 32 --seed 0 --output-dir runs/demo_sst2
-	@echo "metrics: runs/demo_sst2/metrics.json"
+	TQDM_DISABLE=1 $(PY) -m course_lib.sweep ci/grids/notebooks_smoke.yaml
+	@cat runs/sweep/notebooks_smoke/results.md
+	@echo "executed notebooks: runs/sweep/notebooks_smoke/*/*.ipynb"
+
+notebooks: $(STAMP)
+	cd notebooks && for nb in [0-9][0-9]_*.ipynb; do \
+		CI=true TQDM_DISABLE=1 ../$(PY) -m jupyter nbconvert --to notebook --execute --inplace \
+			--ExecutePreprocessor.kernel_name=attention-lab --ExecutePreprocessor.timeout=1200 $$nb || exit 1; \
+	done
 
 clean:
 	rm -rf runs .pytest_cache

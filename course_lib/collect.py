@@ -51,8 +51,8 @@ def collect(runs_dir: str | Path) -> list[dict]:
         except (OSError, ValueError) as err:
             print(f"warning: skipping {path}: {err}", file=sys.stderr)
             continue
-        if result.get("status") != "complete":
-            continue
+        if result.get("status") != "complete" or result.get("kind") == "notebook":
+            continue  # a notebook's own summary; the fine-tuning runs it made sit in folders below it
         if not isinstance(result.get("config"), dict) or "task" not in result:
             print(f"warning: skipping {path}: not a course_lib metrics.json (no config or task)", file=sys.stderr)
             continue

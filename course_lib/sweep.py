@@ -1,4 +1,4 @@
-"""`python -m course_lib.sweep GRID.yaml`: run a grid of fine-tuning runs, one child process each, resumably.
+"""`python -m course_lib.sweep GRID.yaml`: run a grid of fine-tuning runs or notebooks, one child process each.
 
 The grid file (YAML) names the command, the settings every run shares, and the lists to cross:
 
@@ -6,10 +6,14 @@ The grid file (YAML) names the command, the settings every run shares, and the l
     base: {max_train_samples: 4000, epochs: 2, lr: 5.0e-5}   # FinetuneConfig fields, the same for every run
     grid: {task: [sst2, rte], method: [vanilla], seed: [0, 1, 2]}   # lists; runs are their cartesian product
 
-Every run is validated (`FinetuneConfig.from_dict`) before anything starts. A run lives in its own folder,
-named by its grid values (`task=sst2,method=vanilla,seed=0`) under the output folder, and executes as
-`python -m course_lib finetune --field=value ...` in a child process, so a crash, a NaN or a timeout in one
-run is recorded in its `run.json` and the grid goes on. `log.txt` holds the child's stdout and stderr.
+With `command: notebook` the keys are `notebook`, `preset`, `kernel` and the notebook's parameters
+(`grid: {notebook: [01_kou2020_ssa, 03_cui2019_sparse_attention], preset: [cpu], seed: [0, 1, 2]}`), and
+each run executes `python -m course_lib.notebooks run` (papermill) into its folder.
+
+Every run is validated (`FinetuneConfig.from_dict`, `NotebookRun.from_dict`) before anything starts. A run
+lives in its own folder, named by its grid values (`task=sst2,method=vanilla,seed=0`) under the output
+folder, and executes as a child process, so a crash, a NaN or a timeout in one run is recorded in its
+`run.json` and the grid goes on. `log.txt` holds the child's stdout and stderr.
 
 The same command again skips runs whose `metrics.json` says complete, resumes unfinished ones from their
 checkpoint and retries failed ones (`--no-retry-failed` to leave them). Every file is written atomically
@@ -50,9 +54,10 @@ from .cli import Parser, report_errors
 from .collect import write_results
 from .config import FinetuneConfig
 from .errors import UsageError
+from .notebooks import NotebookRun
 from .repro import progress, remove_stale_temporaries, write_json
 
-COMMANDS = ("finetune",)  # course_lib commands a grid can run (the notebook runner will join)
+COMMANDS = {"finetune": FinetuneConfig, "notebook": NotebookRun}  # what a grid can run, and its config
 RUN, LOG, LOCK, METRICS = "run.json", "log.txt", ".lock", "metrics.json"  # metrics.json: course_lib.train
 STDERR_LINES = 20  # how much of a failed run's stderr run.json keeps as its error
 GRID_KEYS = ("base", "command", "grid")
@@ -61,7 +66,7 @@ GRID_KEYS = ("base", "command", "grid")
 @dataclasses.dataclass(frozen=True)
 class Run:
     name: str  # folder name, from the grid values: 'task=sst2,seed=0'
-    config: FinetuneConfig  # output_dir is the run's folder
+    config: FinetuneConfig | NotebookRun  # output_dir is the run's folder
 
     @property
     def folder(self) -> Path:
@@ -69,6 +74,8 @@ class Run:
 
     def command_line(self) -> list[str]:
         """The child's argv; fields left at their default are not passed, so the line stays readable."""
+        if isinstance(self.config, NotebookRun):
+            return self.config.command_line()
         args = [sys.executable, "-m", "course_lib", "finetune"]
         for f in dataclasses.fields(self.config):
             value = getattr(self.config, f.name)
@@ -93,10 +100,10 @@ def _yaml_float(x: float) -> str:
     return f"{mantissa}0e{exponent}" if mantissa.endswith(".") else f"{mantissa}e{exponent}"
 
 
-def _config(path: Path, where: str, values: dict) -> FinetuneConfig:
-    """FinetuneConfig.from_dict, which checks types and ranges, with the file and the key in its errors."""
+def _config(path: Path, where: str, values: dict, kind=FinetuneConfig):
+    """kind.from_dict, which checks types and ranges, with the file and the key in its errors."""
     try:
-        return FinetuneConfig.from_dict(values)
+        return kind.from_dict(values)
     except UsageError as err:
         message = f"{path}: {where}: {err}"
         hints = typing.get_type_hints(FinetuneConfig)
@@ -144,11 +151,12 @@ def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
         raise UsageError(f"{path}: unknown key {unknown[0]!r} (valid: {', '.join(GRID_KEYS)})")
     if raw.get("command") not in COMMANDS:
         raise UsageError(f"{path}: unknown command {raw.get('command')!r} (valid: {', '.join(COMMANDS)})")
+    kind = COMMANDS[raw["command"]]
     base, grid = raw.get("base") or {}, raw.get("grid")
     if not isinstance(base, dict):
-        raise UsageError(f"{path}: base must be a mapping of FinetuneConfig fields, got {base!r}")
+        raise UsageError(f"{path}: base must be a mapping of {kind.__name__} fields, got {base!r}")
     if not isinstance(grid, dict) or not grid:
-        raise UsageError(f"{path}: grid must be a mapping of FinetuneConfig fields to lists of values, "
+        raise UsageError(f"{path}: grid must be a mapping of {kind.__name__} fields to lists of values, "
                          f"got {grid!r}")
 
     fields = sorted(f.name for f in dataclasses.fields(FinetuneConfig) if f.name != "output_dir")
@@ -157,17 +165,19 @@ def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
             if key == "output_dir":
                 raise UsageError(f"{path}: {section}.output_dir is set per run by the sweep; remove it "
                                  f"(the sweep's --output-dir sets the parent folder)")
-            if key not in fields:
+            if kind is FinetuneConfig and key not in fields:  # a notebook's parameters are checked per run
                 raise UsageError(f"{path}: unknown {section} key {key!r} (valid: {', '.join(fields)})")
     for key in grid:
         if key in base:
             raise UsageError(f"{path}: {key!r} is in both base and grid; keep it in one")
-    _config(path, "base", base)
+    if kind is FinetuneConfig:
+        _config(path, "base", base)
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise UsageError(f"{path}: grid.{key} must be a non-empty list of values, got {values!r}")
-        for value in values:
-            _config(path, f"grid.{key}={value!r}", {**base, key: value})
+        if kind is FinetuneConfig:
+            for value in values:
+                _config(path, f"grid.{key}={value!r}", {**base, key: value})
 
     runs = {}
     for combination in itertools.product(*grid.values()):
@@ -176,7 +186,7 @@ def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
         if name in runs:
             raise UsageError(f"{path}: two runs would share the folder {name!r}; make the grid values differ")
         config = {**base, **values, "output_dir": str(Path(output_dir) / name)}
-        runs[name] = Run(name, _config(path, f"run {name}", config))
+        runs[name] = Run(name, _config(path, f"run {name}", config, kind))
     return [runs[name] for name in sorted(runs)]
 
 
@@ -213,10 +223,11 @@ def check_same_config(run: Run) -> None:
     A field the saved config lacks was added to FinetuneConfig after that run: it matches its default.
     """
     mine = run.config.to_dict()
-    defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
+    defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)} \
+        if isinstance(run.config, FinetuneConfig) else {}
     for name in (METRICS, RUN):
         saved = _read_json(run.folder / name).get("config")
-        diff = sorted(k for k in mine if k != "output_dir" and saved and saved.get(k, defaults[k]) != mine[k])
+        diff = sorted(k for k in mine if k != "output_dir" and saved and saved.get(k, defaults.get(k)) != mine[k])
         if diff:
             k = diff[0]
             raise UsageError(f"{run.folder} holds a run with {k}={saved.get(k)!r}, but the grid gives "

@@ -1,0 +1,88 @@
+"""Seaborn figures the notebooks share: attention heatmaps, sparsity, token scores, masking, curves, results.
+
+Each function takes plain numbers (tensors, lists, dicts), draws on `ax` (a new figure when None) and
+returns the axes, so a notebook cell stays one call. No function reads files or models. bertviz is not
+used: it needs a CDN that an offline JupyterLab lacks.
+"""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import seaborn as sns
+
+sns.set_theme(style="whitegrid", context="notebook")
+
+
+def _axes(ax, size=(6, 4)):
+    if ax is None:
+        _, ax = plt.subplots(figsize=size, layout="constrained")
+    return ax
+
+
+def _numpy(x):
+    return x.detach().float().cpu().numpy() if hasattr(x, "detach") else x
+
+
+def attention_heatmap(probs, tokens: list[str], ax=None, title: str = "", vmax: float | None = None):
+    """One head's (L, L) attention map: row = query token, column = key token."""
+    ax = _axes(ax, (5, 4.5))
+    sns.heatmap(_numpy(probs), xticklabels=tokens, yticklabels=tokens, cmap="rocket_r", vmin=0, vmax=vmax,
+                square=True, cbar_kws={"shrink": 0.7}, ax=ax)
+    ax.set(title=title, xlabel="key", ylabel="query")
+    ax.tick_params(axis="x", rotation=90)
+    ax.tick_params(axis="y", rotation=0)
+    return ax
+
+
+def attention_maps(maps: dict, tokens: list[str], suptitle: str = ""):
+    """Several (L, L) maps side by side on one colour scale, e.g. {'softmax': p, 'sparsegen-lin': q}."""
+    fig, axes = plt.subplots(1, len(maps), figsize=(4.6 * len(maps), 4.4), layout="constrained", squeeze=False)
+    vmax = max(float(_numpy(m).max()) for m in maps.values())
+    for ax, (name, probs) in zip(axes[0], maps.items()):
+        attention_heatmap(probs, tokens, ax=ax, title=name, vmax=vmax)
+    if suptitle:
+        fig.suptitle(suptitle)
+    return axes[0]
+
+
+def line(x, ys: dict, xlabel: str, ylabel: str, ax=None, title: str = "", logy: bool = False, marker="o"):
+    """One line per entry of ys ({name: values}), sharing x: loss curves, sparsity against lambda, ..."""
+    ax = _axes(ax)
+    for name, values in ys.items():
+        ax.plot(x, _numpy(values), marker=marker, markersize=3, label=name)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    if logy:
+        ax.set_yscale("log")
+    if len(ys) > 1:
+        ax.legend()
+    return ax
+
+
+def token_scores(tokens: list[str], scores, ax=None, title: str = "", label: str = "score"):
+    """A sentence's per-token scores (SSA importance, attention received) as one coloured strip."""
+    ax = _axes(ax, (max(4, 0.55 * len(tokens)), 1.6))
+    sns.heatmap(_numpy(scores)[None, :], xticklabels=tokens, yticklabels=[label], cmap="mako_r", vmin=0,
+                vmax=1, annot=True, fmt=".2f", annot_kws={"size": 7}, cbar=False, ax=ax)
+    ax.tick_params(axis="x", rotation=60)
+    ax.set_title(title)
+    return ax
+
+
+def by_layer(values: dict, ylabel: str, ax=None, title: str = ""):
+    """Bars per layer, one hue per entry: e.g. ASA's masked fraction for tau = 0.1, 0.3, 1.0."""
+    ax = _axes(ax)
+    rows = [{"layer": i, "series": name, ylabel: float(v)} for name, vs in values.items()
+            for i, v in enumerate(_numpy(vs))]
+    sns.barplot(data=rows, x="layer", y=ylabel, hue="series" if len(values) > 1 else None, ax=ax)
+    ax.set_title(title)
+    return ax
+
+
+def results(rows: list[dict], metric: str, x: str = "method", hue: str | None = "task", ax=None, title: str = ""):
+    """Mean and seed points of a metric: rows are dicts with keys x, hue (optional) and metric."""
+    ax = _axes(ax, (7, 4))
+    sns.barplot(data=rows, x=x, y=metric, hue=hue, errorbar=None, alpha=0.8, ax=ax)
+    sns.stripplot(data=rows, x=x, y=metric, hue=hue, dodge=hue is not None, color="black", size=3,
+                  legend=False, ax=ax)
+    ax.set_title(title)
+    ax.tick_params(axis="x", rotation=20)
+    return ax
