@@ -34,6 +34,7 @@ from .repro import progress_disabled, write_json
 NOTEBOOK_DIR = Path(os.environ.get("ATTENTION_LAB_NOTEBOOKS") or Path(__file__).resolve().parent.parent / "notebooks")
 PRESETS = ("smoke", "cpu", "paper")  # CPU minutes; GLUE_DIR, about an hour on a laptop; GPU, the paper's setup
 KERNEL = "attention-lab"  # installed into the venv by `make` (python -m ipykernel install --sys-prefix)
+LITERALS = (str, int, float, bool, list, dict, tuple, type(None))  # what a parameters cell may hold
 RUN_KEYS = ("notebook", "preset", "kernel", "output_dir")  # what a run takes besides notebook parameters
 
 
@@ -108,7 +109,7 @@ class Notebook:
     def parameters(self, namespace: dict) -> argparse.Namespace:
         """The checked parameters, as `p.epochs`; their output_dir is created."""
         new = {k: v for k, v in namespace.items() if k not in self._before and not k.startswith("_")
-               and not isinstance(v, Notebook)}
+               and isinstance(v, LITERALS)}  # parameters are literals; modules imported since are not
         self.params = check_parameters(self.name, new)
         missing = sorted(set(load_preset(self.name, "smoke")) - set(new))
         if missing:

@@ -60,7 +60,7 @@ from .repro import progress, remove_stale_temporaries, write_json
 COMMANDS = {"finetune": FinetuneConfig, "notebook": NotebookRun}  # what a grid can run, and its config
 RUN, LOG, LOCK, METRICS = "run.json", "log.txt", ".lock", "metrics.json"  # metrics.json: course_lib.train
 STDERR_LINES = 20  # how much of a failed run's stderr run.json keeps as its error
-GRID_KEYS = ("base", "command", "grid")
+GRID_KEYS = ("base", "command", "grid", "gpu_hours")  # gpu_hours: the estimate a dry run adds up
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,6 +188,25 @@ def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
         config = {**base, **values, "output_dir": str(Path(output_dir) / name)}
         runs[name] = Run(name, _config(path, f"run {name}", config, kind))
     return [runs[name] for name in sorted(runs)]
+
+
+def gpu_hours(grid_file: str | Path, runs: list[Run]) -> float | None:
+    """The grid file's estimate of GPU hours for these runs, or None when it gives none.
+
+    `gpu_hours:` is either one number per run, or a mapping from notebook name to hours per run.
+    """
+    estimate = (yaml.safe_load(Path(grid_file).read_text(encoding="utf-8")) or {}).get("gpu_hours")
+    if estimate is None:
+        return None
+    if isinstance(estimate, (int, float)):
+        return float(estimate) * len(runs)
+    if not isinstance(estimate, dict):
+        raise UsageError(f"{grid_file}: gpu_hours must be a number or a mapping of notebook to hours, "
+                         f"got {estimate!r}")
+    missing = sorted({r.config.notebook for r in runs if isinstance(r.config, NotebookRun)} - set(estimate))
+    if missing:
+        raise UsageError(f"{grid_file}: gpu_hours has no estimate for {missing[0]!r}")
+    return sum(float(estimate[r.config.notebook]) for r in runs)
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -373,6 +392,9 @@ def sweep(grid_file: str | Path, output_dir: str | Path | None = None, shard: tu
         tally = collections.Counter(status.values())
         print(f"{output_dir}: {len(mine)} runs{part}: "
               + ", ".join(f"{tally[s]} {s}" for s in ("complete", "failed", "todo")))
+        hours = gpu_hours(grid_file, mine)
+        if hours is not None:
+            print(f"estimated GPU hours (the grid file's estimate, one GPU): {hours:.1f}")
         return 0
 
     skipped = [r for r in mine if status[r.name] == "complete"]
