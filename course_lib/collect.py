@@ -25,6 +25,7 @@ from pathlib import Path
 from .cli import Parser, report_errors
 from .config import FinetuneConfig
 from .errors import UsageError
+from .reported import reported
 from .repro import atomic_write
 
 METRICS = "metrics.json"  # written by course_lib.train
@@ -99,6 +100,35 @@ def summarize(rows: list[dict]) -> list[dict]:
     return sorted(summary, key=lambda g: [str(g[f]) for f in fields])
 
 
+def paired_tests(rows: list[dict], metric: str, baseline: str = "vanilla") -> list[dict]:
+    """Each method against the baseline on the same task and seeds: mean difference and a paired t-test.
+
+    Pairs are runs with equal task and seed whose other settings may differ only in the method, so a
+    seed's data order and initialisation are shared and the test sees the method's effect alone. The
+    p-value is two-sided (scipy.stats.ttest_rel); with fewer than 2 pairs, or no spread, it is None.
+    """
+    from scipy import stats
+
+    def key(row):
+        return row["task"], row["config"].get("seed")
+    base = {key(r): r["metrics"][metric] for r in rows
+            if r["config"].get("method") == baseline and metric in r["metrics"]}
+    pairs: dict[tuple, list[tuple[float, float]]] = {}
+    for row in rows:
+        method = row["config"].get("method")
+        if method != baseline and metric in row["metrics"] and key(row) in base:
+            pairs.setdefault((row["task"], method), []).append((row["metrics"][metric], base[key(row)]))
+    results = []
+    for (task, method), values in sorted(pairs.items()):
+        ours, theirs = zip(*values)
+        diff = statistics.fmean(ours) - statistics.fmean(theirs)
+        p = float(stats.ttest_rel(ours, theirs).pvalue) if len(values) > 1 else None
+        p = None if p is not None and p != p else p  # NaN: every pair differs by the same amount
+        results.append({"task": task, "method": method, "baseline": baseline, "metric": metric,
+                        "pairs": len(values), "mean_difference": diff, "p_value": p})
+    return results
+
+
 def _metric_names(rows: list[dict]) -> list[str]:
     """'dev accuracy', 'dev f1', ..., then MNLI's 'dev_matched ...' and 'dev_mismatched ...' (' ' sorts before '_')."""
     return sorted({name for row in rows for name in row["metrics"]})
@@ -124,14 +154,17 @@ def _mean_std(stats: dict | None) -> str:
 
 def to_markdown(rows: list[dict], runs_dir: str | Path) -> str:
     fields, metrics = group_fields(rows), _metric_names(rows)
-    header = [*fields, "seeds", *metrics]
+    header = [*fields, "seeds", *metrics, "reported by the paper (BERT-base, not dev)"]
     lines = [f"# Dev-set results: {runs_dir}", "",
              f"{len(rows)} complete runs. Each cell is the mean ± sample standard deviation (ddof=1) over seeds "
-             f"of a dev-set metric; one seed shows no ±.", "",
+             f"of a dev-set metric; one seed shows no ±. The last column is what the papers report for "
+             f"BERT-base, in percent, on the GLUE test server or their own test split: a different model and "
+             f"split, so compare methods within a column of this table, not across to it.", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for group in summarize(rows):
         cells = [str(group[f]) for f in fields] + [str(group["n"])]
         cells += [_mean_std(group["metrics"].get(m)) for m in metrics]
+        cells.append(reported(str(group["method"]), str(group["task"])))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -7,6 +7,7 @@ used: it needs a CDN that an offline JupyterLab lacks.
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import pandas as pd
 import seaborn as sns
 
 sns.set_theme(style="whitegrid", context="notebook")
@@ -72,7 +73,7 @@ def by_layer(values: dict, ylabel: str, ax=None, title: str = ""):
     ax = _axes(ax)
     rows = [{"layer": i, "series": name, ylabel: float(v)} for name, vs in values.items()
             for i, v in enumerate(_numpy(vs))]
-    sns.barplot(data=rows, x="layer", y=ylabel, hue="series" if len(values) > 1 else None, ax=ax)
+    sns.barplot(data=pd.DataFrame(rows), x="layer", y=ylabel, hue="series" if len(values) > 1 else None, ax=ax)
     ax.set_title(title)
     return ax
 
@@ -80,9 +81,10 @@ def by_layer(values: dict, ylabel: str, ax=None, title: str = ""):
 def results(rows: list[dict], metric: str, x: str = "method", hue: str | None = "task", ax=None, title: str = ""):
     """Mean and seed points of a metric: rows are dicts with keys x, hue (optional) and metric."""
     ax = _axes(ax, (7, 4))
+    rows = pd.DataFrame(rows)
     sns.barplot(data=rows, x=x, y=metric, hue=hue, errorbar=None, alpha=0.8, ax=ax)
-    sns.stripplot(data=rows, x=x, y=metric, hue=hue, dodge=hue is not None, color="black", size=3,
-                  legend=False, ax=ax)
+    dots = {"palette": "dark:black"} if hue is not None else {"color": "black"}
+    sns.stripplot(data=rows, x=x, y=metric, hue=hue, dodge=hue is not None, size=3, legend=False, ax=ax, **dots)
     ax.set_title(title)
     ax.tick_params(axis="x", rotation=20)
     return ax
