@@ -158,13 +158,27 @@ class AttentionGuidance:
 
     def loss(self, attentions: Sequence[torch.Tensor], input_ids: torch.Tensor,
              attention_mask: torch.Tensor) -> torch.Tensor:
-        """L_AG summed over layers and head groups, each group reduced as `ag_reduction` says.
+        """[q3d] The attention-guidance loss L_AG, summed over layers and head groups, each group reduced as
+        `ag_reduction` says.
 
         mean: squared error averaged over the group's real (query, key) entries, h·sum_b n_b² of them (the
         code's MSELoss over B·h·n·n when nothing is padded); frobenius: ||H - P||²_F summed over the group's
         heads, averaged over the batch (the paper's per-example sum). Both are summed over layers and groups.
+
+        Shapes: attentions, one (B, H, L, L) map per layer; input_ids and attention_mask (B, L);
+        targets[pattern] (B, L, L), the same for every layer and every head of the group.
+
+        Hints:
+          1. pairs (B, 1, L, L) = 1 where both the query and the key are real tokens: only those entries count.
+          2. For each layer and each group g in self.groups: take the group's heads probs[:, g.heads]
+             (B, h, L, L), upcast with at_least_fp32, and sum the squared error to targets[g.pattern][:, None]
+             over the real pairs.
+          3. "mean": divide by g.size · pairs.sum(); "frobenius": divide by the batch size B.
+          4. Start from a float32 zero, attentions[0].new_zeros((), dtype=torch.float32), and return the
+             scalar sum.
         """
         targets = self.targets(input_ids, attention_mask)
+        ### BEGIN SOLUTION
         valid = attention_mask.bool()
         pairs = (valid[:, :, None] & valid[:, None, :]).float()[:, None]  # (B, 1, L, L)
         total = attentions[0].new_zeros((), dtype=torch.float32)
@@ -177,3 +191,4 @@ class AttentionGuidance:
                 else:
                     total = total + squared / probs.shape[0]
         return total
+        ### END SOLUTION

@@ -27,11 +27,27 @@ ADVERSARIAL_MASK = -1e4  # logit offset on cut units, as in the authors' code
 class _GradReverse(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
+        """[q3b] Gradient reversal, forward: the identity (Ganin & Lempitsky 2015).
+
+        Hints:
+          1. Return a tensor equal to x, of the same shape and dtype; no state needs saving in ctx.
+          2. Return a new tensor object (x.view_as(x) or x.clone()), not x itself, so autograd records an output.
+        """
+        ### BEGIN SOLUTION
         return x.view_as(x)
+        ### END SOLUTION
 
     @staticmethod
     def backward(ctx, grad):
+        """[q3b] Gradient reversal, backward: d(output)/dx = -I, so the incoming gradient comes back negated.
+
+        Hints:
+          1. grad is dL/d(output), shaped like x; return dL/dx for the one input.
+          2. No scaling factor: ASA reverses the gradient exactly (the paper's lambda is 1).
+        """
+        ### BEGIN SOLUTION
         return -grad
+        ### END SOLUTION
 
 
 def grad_reverse(x: torch.Tensor) -> torch.Tensor:

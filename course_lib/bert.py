@@ -44,9 +44,64 @@ class Embeddings(nn.Module):
         self.dropout = Dropout(cfg.hidden_dropout_prob)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        """[q1c] BERT's input embeddings (Devlin et al. 2019, Fig. 2): (B, L) ids → (B, L, d).
+
+        Hints:
+          1. Positions are 0, 1, ..., L - 1 (L = input_ids.shape[1]); make them with torch.arange on the ids'
+             device. One (L, d) position table broadcasts over the batch.
+          2. Add the three lookups: self.word(input_ids) + self.token_type(token_type_ids) + self.position(...),
+             each (B, L, d).
+          3. Apply self.norm (LayerNorm over d), then self.dropout, in that order.
+        """
+        ### BEGIN SOLUTION
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)  # (L,)
         x = self.word(input_ids) + self.token_type(token_type_ids) + self.position(positions)  # (B, L, d)
         return self.dropout(self.norm(x))
+        ### END SOLUTION
+
+
+def split_heads(qkv: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[q1b] Split the fused projection into per-head queries, keys and values: (B, L, 3d) → 3 × (B, H, L, d_h).
+
+    Hints:
+      1. The last axis of qkv is [Q | K | V], each of width d = H · d_h, and inside each part head h owns
+         columns h · d_h to (h + 1) · d_h - 1. So d_h = qkv.shape[-1] // (3 · num_heads).
+      2. `view` the last axis as (3, H, d_h): (B, L, 3, H, d_h).
+      3. `permute` to (3, B, H, L, d_h) and unpack the first axis into q, k and v (views, no copy).
+    """
+    ### BEGIN SOLUTION
+    B, L, three_d = qkv.shape
+    head_dim = three_d // (3 * num_heads)
+    q, k, v = qkv.view(B, L, 3, num_heads, head_dim).permute(2, 0, 3, 1, 4)  # (3, B, H, L, d_h)
+    return q, k, v
+    ### END SOLUTION
+
+
+def merge_heads(context: torch.Tensor) -> torch.Tensor:
+    """[q1b] Concatenate the heads' outputs again: (B, H, L, d_h) → (B, L, d) with d = H · d_h.
+
+    Hints:
+      1. Bring the heads next to d_h: transpose to (B, L, H, d_h).
+      2. Flatten the last two axes, head 0's d_h columns first. The transposed tensor is not contiguous,
+         so use `reshape` (or `.contiguous().view`).
+    """
+    ### BEGIN SOLUTION
+    B, H, L, head_dim = context.shape
+    return context.transpose(1, 2).reshape(B, L, H * head_dim)
+    ### END SOLUTION
+
+
+def add_and_norm(x: torch.Tensor, sublayer_out: torch.Tensor, dropout: nn.Module, norm: nn.Module) -> torch.Tensor:
+    """[q1d] The residual connection around every sub-layer, post-LN as in BERT: LN(x + Dropout(sublayer(x))).
+
+    Hints:
+      1. x is the sub-layer's input and sublayer_out its output, both (B, L, d).
+      2. Dropout applies to the sub-layer's output only, before the residual sum (Vaswani et al. 2017, 5.4).
+      3. LayerNorm comes last, on the sum.
+    """
+    ### BEGIN SOLUTION
+    return norm(x + dropout(sublayer_out))
+    ### END SOLUTION
 
 
 class SelfAttention(nn.Module):
@@ -54,7 +109,7 @@ class SelfAttention(nn.Module):
 
     def __init__(self, cfg: BertConfig):
         super().__init__()
-        self.num_heads, self.head_dim = cfg.num_attention_heads, cfg.head_dim
+        self.num_heads = cfg.num_attention_heads
         self.normalize = get_normalizer(cfg.attn_normalizer, **cfg.normalizer_params())
         self.attn_dropout = cfg.attention_probs_dropout_prob
         self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size)
@@ -63,13 +118,11 @@ class SelfAttention(nn.Module):
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor | None, need_weights: bool):
-        B, L, d = x.shape
-        # (B, L, 3d) → (3, B, H, L, d_h): split heads once for Q, K and V together.
-        q, k, v = self.qkv(x).view(B, L, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = split_heads(self.qkv(x), self.num_heads)  # (B, L, 3d) → 3 × (B, H, L, d_h), one projection
         dropout_p = self.attn_dropout if self.training else 0.0
         context, probs = attend(q, k, v, bias, self.normalize, dropout_p, need_weights)  # (B, H, L, d_h)
-        context = context.transpose(1, 2).reshape(B, L, d)  # merge heads: (B, L, d)
-        return self.norm(x + self.dropout(self.out(context))), probs
+        context = merge_heads(context)  # (B, L, d)
+        return add_and_norm(x, self.out(context), self.dropout, self.norm), probs
 
 
 class FeedForward(nn.Module):
@@ -83,7 +136,17 @@ class FeedForward(nn.Module):
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(x + self.dropout(self.down(F.gelu(self.up(x)))))
+        """[q1d] The position-wise feed-forward sub-layer with add & norm: (B, L, d) → (B, L, d).
+
+        Hints:
+          1. self.up maps d → d_ff (the intermediate size), self.down maps d_ff → d.
+          2. BERT's activation is the exact (erf) GELU between them: F.gelu.
+          3. Wrap it with add_and_norm(x, ..., self.dropout, self.norm).
+        """
+        ### BEGIN SOLUTION
+        hidden = F.gelu(self.up(x))  # (B, L, d_ff)
+        return add_and_norm(x, self.down(hidden), self.dropout, self.norm)
+        ### END SOLUTION
 
 
 class Layer(nn.Module):

@@ -72,18 +72,32 @@ class SSAClassifier(SequenceClassifier):
         return token_logits.float().softmax(-1)[..., 1]
 
     def pool(self, hidden, pooled, scores, input_ids, attention_mask) -> torch.Tensor:
-        """SSA layer (Eq. 1 as released): beta·P + (1 - beta)·Σ_i a_i H_i, a = softmax_i(s_i - 1e4·[not kept]).
+        """[q3c] The SSA pooling layer (Eq. 1 as released): beta·P + (1 - beta)·Σ_i a_i H_i.
 
-        Kept: real, non-special tokens with s_i >= threshold. The softmax runs over probabilities, so kept
-        weights differ by at most e^(1 - threshold): nearly a mean over the important tokens. A row with no
-        kept token falls back to beta = 1 (the pooled output alone) instead of averaging over padding.
+        The weights are a = softmax_i(s_i - 1e4·[not kept]). Kept: real, non-special tokens with
+        s_i >= threshold. The softmax runs over probabilities, so kept weights differ by at most
+        e^(1 - threshold): nearly a mean over the important tokens. A row with no kept token falls back to
+        beta = 1 (the pooled output alone) instead of averaging over padding.
+
+        Shapes: hidden (B, L, d) final hidden states H; pooled (B, d) BERT's pooler output P; scores (B, L)
+        token importances s in [0, 1]; input_ids (B, L); attention_mask (B, L), 1 = real token, or None.
+
+        Hints:
+          1. kept (B, L) = real & not special & (scores >= self.threshold); special ids are in
+             self.special_ids (torch.isin), and attention_mask None means every token is real.
+          2. a = softmax over L of scores - 1e4 on the tokens that are not kept.
+          3. The context Σ_i a_i H_i is (B, d): a batched weighted sum (einsum "bl,bld->bd"); cast a to
+             hidden's dtype first.
+          4. beta is self.cls_weight in rows with at least one kept token, 1.0 elsewhere: shape (B, 1).
         """
+        ### BEGIN SOLUTION
         real = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
         kept = real & ~torch.isin(input_ids, self.special_ids) & (scores >= self.threshold)  # (B, L)
         weights = torch.softmax(scores + (~kept) * -1e4, dim=-1)  # (B, L)
         context = torch.einsum("bl,bld->bd", weights.to(hidden.dtype), hidden)  # (B, d)
         beta = torch.where(kept.any(-1, keepdim=True), self.cls_weight, 1.0).to(hidden.dtype)
         return beta * pooled + (1 - beta) * context
+        ### END SOLUTION
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 token_labels=None) -> ClassifierOutput:
