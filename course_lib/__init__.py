@@ -9,6 +9,7 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "BertConfig": "config", "FinetuneConfig": "config", "UsageError": "errors",
     "BertModel": "bert", "BertOutput": "bert", "load_pretrained": "weights",
+    "MultitaskConfig": "config", "MultitaskBert": "multitask", "train_multitask": "multitask",
 }
 __all__ = sorted(_PUBLIC)
 

@@ -11,7 +11,7 @@ import json
 import sys
 import typing
 
-from .config import FinetuneConfig, PretrainConfig
+from .config import FinetuneConfig, MultitaskConfig, PretrainConfig
 from .errors import RunFailed, UsageError
 
 
@@ -64,13 +64,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_options(finetune, FinetuneConfig)
     pretrain = commands.add_parser("pretrain", help="pre-train a small BERT from scratch: MLM, or MLM + AG")
     _add_config_options(pretrain, PretrainConfig)
+    multitask = commands.add_parser("multitask", help="one BERT, a head per GLUE task, a task schedule, SSA per task")
+    _add_config_options(multitask, MultitaskConfig)
     bench = commands.add_parser("bench", help="benchmarks, measured side by side in one process")
-    bench.add_argument("what", choices=["speed"], help="speed: our encoder vs Hugging Face's BertModel")
+    bench.add_argument("what", choices=["speed", "methods", "sparsemax", "diagnostics"],
+                       help="speed: our encoder vs Hugging Face's BertModel; methods: each method's training step "
+                            "vs vanilla (AG vs MLM) and SSA's label generation; sparsemax: ours vs entmax; "
+                            "diagnostics: shortcut reliance and precision@k on synthetic data with ground truth")
     bench.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
     bench.add_argument("--model", default=None, help="BERT folder or hub id (default: the packaged MiniLM)")
     bench.add_argument("--batch-size", type=int, default=32)
-    bench.add_argument("--seq-lens", type=int, nargs="+", default=[64, 128])
+    bench.add_argument("--seq-lens", type=int, nargs="+", default=None,
+                       help="speed: 64 128; methods: 64; sparsemax: 128 (the first length only)")
     bench.add_argument("--repeats", type=int, default=10)
+    bench.add_argument("--epoch-examples", type=int, default=512, help="methods: sentences in the SSA epoch")
+    bench.add_argument("--glue-dir", default=None,
+                       help="methods: SST-2 sentences from here (default: $GLUE_DIR, else generated text)")
+    bench.add_argument("--methods", default=None, help="diagnostics: comma list (default: all fine-tuning methods)")
+    bench.add_argument("--seeds", default="0,1,2", help="diagnostics: comma list of seeds")
+    bench.add_argument("--quick", action="store_true", help="diagnostics: the smoke budget (tiny data, for tests)")
+    bench.add_argument("--output-dir", default="runs/diagnostics", help="diagnostics: run folders, reused if there")
     return parser
 
 
@@ -96,6 +109,15 @@ def run(argv: list[str]) -> int:
         result = pretrain(PretrainConfig.from_dict(args))
         print(json.dumps({"method": result["method"], "corpus": result["corpus"]["source"], **result["final"]},
                          sort_keys=True))
+    elif command == "multitask":
+        from .multitask import train_multitask
+
+        result = train_multitask(MultitaskConfig.from_dict(args))
+        print(json.dumps({"dev": result["dev"], "overall": result["overall"]}, sort_keys=True))
+    elif command == "bench" and namespace.what == "diagnostics":
+        from . import diagnostics
+
+        diagnostics.main(namespace)
     elif command == "bench":
         from . import bench
 

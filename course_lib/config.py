@@ -272,3 +272,84 @@ class PretrainConfig(Validated):
 
 
 PRETRAIN_METHODS = ("mlm", "ag")
+
+
+@dataclass
+class MultitaskConfig(Validated):
+    """One multitask run: a shared BERT, a head per GLUE task, a schedule across tasks, SSA-Co per task.
+
+    The CS224N default project's setup (sentiment, paraphrase, similarity) on any GLUE tasks; the schedules
+    are Stickland & Murray (2019)'s. Fields shared with FinetuneConfig mean the same thing, per task.
+    """
+
+    tasks: str = "sst2,rte,stsb"  # comma list of GLUE tasks, one head each (e.g. sst2,qqp,stsb)
+    model: str | None = None  # None: the packaged MiniLM; else a Hugging Face BERT folder or hub id
+    glue_dir: str | None = None  # None: $GLUE_DIR, else the nyu-mll/glue dataset when online
+    output_dir: str = "runs/multitask"
+    max_train_samples: int | None = None  # per task
+    max_eval_samples: int | None = None  # per task
+    epochs: int = 3
+    max_len: int = 128
+    batch_size: int = 32  # every batch holds one task's examples
+    eval_batch_size: int = 128
+    lr: float = 2e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+    classifier_dropout: float = 0.1
+    bucket_by_length: bool = False
+    seed: int = 0
+    save_every: int = 0  # also checkpoint every N optimiser steps (0: end of each epoch only)
+    keep_checkpoint: bool = False  # keep checkpoint.pt (optimiser state too) after the run completes
+    mixed_precision: str = "no"  # accelerate: no | fp16 | bf16
+    on_nonfinite_loss: str = "stop"  # stop: fail keeping the last good checkpoint; skip: drop that step
+    schedule: str = "proportional"  # which task each step trains: round_robin | proportional | annealed
+    schedule_alpha_end: float = 0.2  # annealed: sampling exponent of the last epoch (Stickland & Murray: 0.2)
+    ssa: str = "none"  # tasks trained with the SSA-Co token loss: none | all | a comma list of tasks
+    ssa_target_weight: float = 0.7  # alpha, loss = alpha L_target + (1 - alpha) L_SSA (Kou et al. 2020)
+    ssa_label_mode: str = "code"  # code = the authors' labels (default); paper = the paper's
+    ssa_share_weight: bool = True  # one token-head output layer for every position (False: per position)
+
+    def task_names(self) -> list[str]:
+        """The tasks' registry names, in the order given ('SST-2' becomes 'sst2')."""
+        from .glue import get_task
+
+        return [get_task(name.strip()).name for name in self.tasks.split(",") if name.strip()]
+
+    def ssa_task_names(self) -> list[str]:
+        if self.ssa in ("none", "all"):
+            return [] if self.ssa == "none" else self.task_names()
+        from .glue import get_task
+
+        return [get_task(name.strip()).name for name in self.ssa.split(",")]
+
+    def validate(self) -> None:
+        from .errors import choice_error
+
+        names = self.task_names()
+        if not names or len(set(names)) < len(names):
+            raise UsageError(f"MultitaskConfig.tasks must name distinct GLUE tasks, got {self.tasks!r}")
+        for name in self.ssa.split(",") if self.ssa not in ("none", "all") else []:
+            if name.strip().lower().replace("-", "") not in names:
+                raise choice_error("SSA task", name, ["none", "all", *names])
+        _positive(self, "epochs", "max_len", "batch_size", "eval_batch_size", "lr")
+        _fraction(self, "warmup_ratio", "classifier_dropout")
+        for name in ("max_train_samples", "max_eval_samples"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise UsageError(f"MultitaskConfig.{name} must be > 0, got {getattr(self, name)!r}")
+        if self.weight_decay < 0 or self.max_grad_norm < 0 or self.save_every < 0:
+            raise UsageError("weight_decay, max_grad_norm and save_every must be >= 0")
+        if self.schedule not in MULTITASK_SCHEDULES:
+            raise choice_error("schedule", self.schedule, MULTITASK_SCHEDULES)
+        if not (0 <= self.schedule_alpha_end <= 1 and 0 <= self.ssa_target_weight <= 1):
+            raise UsageError(f"schedule_alpha_end and ssa_target_weight must be in [0, 1], got "
+                             f"{self.schedule_alpha_end!r}, {self.ssa_target_weight!r}")
+        if self.mixed_precision not in ("no", "fp16", "bf16"):
+            raise choice_error("mixed precision", self.mixed_precision, ["no", "fp16", "bf16"])
+        if self.on_nonfinite_loss not in ("stop", "skip"):
+            raise choice_error("on_nonfinite_loss", self.on_nonfinite_loss, ["stop", "skip"])
+        if self.ssa_label_mode not in ("code", "paper"):
+            raise choice_error("ssa_label_mode", self.ssa_label_mode, ["code", "paper"])
+
+
+MULTITASK_SCHEDULES = ("round_robin", "proportional", "annealed")

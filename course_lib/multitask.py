@@ -1,0 +1,278 @@
+"""Multitask BERT: one encoder, a head per GLUE task, a schedule across tasks, SSA per task.
+
+The CS224N default project (minBERT) trains one BERT for sentiment (SST), paraphrase (Quora) and similarity
+(SemEval STS) at once; the CS224N report "Enhancing BERT with Self-Supervised Attention" adds an SSA loss to
+every task and scores a run by the mean of the three dev metrics (../shared/docs/algorithms.md, section 2).
+Here the tasks are any GLUE tasks of the registry in `glue.py` (sst2, mrpc or qqp, stsb; rte stands in for
+paraphrase where only SST-2, CoLA, RTE and STS-B are at hand), and SSA is SSA-Co of Kou et al. (2020), not the
+report's loosely described variant: per task, the token head of `course_lib.ssa` learns which tokens the
+current model needs, from labels made by probing the model at the start of every epoch.
+
+Reuse is the design. Each task's model is the one `finetune` builds for it (SequenceClassifier, or
+SSAClassifier for an SSA task), all holding one encoder object; each task's epoch data comes from
+`train.epoch_features`; the optimiser, learning-rate schedule, guarded step, checkpoints and resume are
+finetune's. A one-task run is therefore a finetune run, step for step (tests/test_multitask.py checks this).
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from safetensors.torch import save as safetensors_save
+from torch import nn
+
+from . import glue
+from .config import FinetuneConfig, MultitaskConfig
+from .errors import UsageError
+from .heads import ClassifierOutput, SequenceClassifier
+from .repro import atomic_write, progress, remove_stale_temporaries, save_torch, seed_everything, write_json
+from .train import (CHECKPOINT, METRICS, WEIGHTS, _batch_loss, _finished, build_classifier, check_same_run,
+                    epoch_features, evaluate, guarded_step, linear_warmup_decay, param_groups)
+from .weights import load_pretrained
+
+_SCHEDULE_STREAM = 1  # keeps the schedule's random numbers apart from epoch_batches' (seed, epoch) stream
+
+
+# ----------------------------------------------------------------------------------------------
+# Which task each step trains
+
+
+def schedule_alpha(schedule: str, epoch: int, epochs: int, alpha_end: float = 0.2) -> float:
+    """The exponent α of task sampling, p_k ∝ N_k^α (Stickland & Murray 2019, "BERT and PALs", Sec. 4).
+
+    α = 0 is uniform (round robin), α = 1 proportional to dataset size. Annealed sampling lowers α linearly
+    from 1 in the first epoch to `alpha_end` in the last (theirs: α = 1 - 0.8 (e - 1)/(E - 1), alpha_end 0.2):
+    big tasks dominate early, and small tasks get more of the last epochs instead of being forgotten.
+    """
+    if schedule == "round_robin":
+        return 0.0
+    if schedule == "proportional" or epochs == 1:
+        return 1.0
+    return 1.0 - (1.0 - alpha_end) * epoch / (epochs - 1)
+
+
+def task_schedule(schedule: str, num_batches: list[int], seed: int, epoch: int, epochs: int,
+                  alpha_end: float = 0.2) -> list[int]:
+    """The task index of every step of one epoch; an epoch is as many steps as all tasks have batches, S.
+
+    round_robin cycles 0, 1, ..., K-1: equal steps per task, small tasks repeating their data. proportional
+    and annealed give task k the share N_k^α / Σ N^α of the S steps (N_k in batches; largest-remainder
+    rounding), in a random order. Taking the expected counts exactly, rather than drawing every step
+    independently as the paper does, keeps a short run's task mix free of sampling noise; with α = 1 every
+    batch of every task is trained exactly once an epoch. A pure function of (seed, epoch), for resume.
+    """
+    total, K = sum(num_batches), len(num_batches)
+    if schedule == "round_robin":
+        return [step % K for step in range(total)]
+    weights = np.asarray(num_batches, dtype=float) ** schedule_alpha(schedule, epoch, epochs, alpha_end)
+    quotas = total * weights / weights.sum()
+    counts = np.floor(quotas).astype(int)
+    counts[np.argsort(counts - quotas, kind="stable")[: total - counts.sum()]] += 1  # largest remainders
+    rng = np.random.default_rng([seed % 2**64, epoch, _SCHEDULE_STREAM])
+    return rng.permutation(np.repeat(np.arange(K), counts)).tolist()
+
+
+def epoch_plan(schedule: str, lengths: list[list[int]], batch_size: int, seed: int, epoch: int, epochs: int,
+               alpha_end: float = 0.2, bucket: bool = False) -> list[tuple[int, list[int]]]:
+    """The epoch's steps as (task index, rows of that task's epoch features).
+
+    Task k reads an endless stream of shuffled passes over its data (pass p batched by glue.epoch_batches with
+    seed + k and 'epoch' p), each epoch going on where the last one stopped; so with one task the batches are
+    exactly finetune's. An SSA task's features are relabelled every epoch: its rows index the current list.
+    """
+    sizes = [math.ceil(len(lens) / batch_size) for lens in lengths]
+    read = [0] * len(sizes)  # batches each task has read before this epoch
+    for past in range(epoch):
+        for k in task_schedule(schedule, sizes, seed, past, epochs, alpha_end):
+            read[k] += 1
+    passes, plan = {}, []
+    for k in task_schedule(schedule, sizes, seed, epoch, epochs, alpha_end):
+        p, j = divmod(read[k], sizes[k])
+        if (k, p) not in passes:
+            passes[k, p] = glue.epoch_batches(lengths[k], batch_size, seed + k, p, shuffle=True, bucket=bucket)
+        plan.append((k, passes[k, p][j]))
+        read[k] += 1
+    return plan
+
+
+# ----------------------------------------------------------------------------------------------
+# The model
+
+
+class MultitaskBert(nn.Module):
+    """One encoder, one task model per task (`heads[name]`: pooled [CLS] → dropout → linear, a regressor for
+    STS-B, plus the SSA token head for an SSA task). Every head holds the same encoder object, so a step on
+    any task moves the shared encoder; parameters() lists each tensor once, encoder first."""
+
+    def __init__(self, encoder: nn.Module, heads: dict[str, SequenceClassifier]):
+        super().__init__()
+        if any(head.encoder is not encoder for head in heads.values()):
+            raise ValueError("every task head must hold the shared encoder")
+        self.encoder = encoder
+        self.heads = nn.ModuleDict(heads)
+
+    def forward(self, task: str, input_ids, attention_mask=None, token_type_ids=None, **labels) -> ClassifierOutput:
+        return self.heads[task](input_ids, attention_mask, token_type_ids, **labels)
+
+    def unique_state_dict(self) -> dict[str, torch.Tensor]:
+        """The weights with each tensor once (safetensors refuses tensors that share memory): the heads'
+        references to the encoder are dropped, `encoder.*` keeps it."""
+        return {k: v for k, v in self.state_dict().items() if not (k.startswith("heads.") and ".encoder." in k)}
+
+
+def task_config(cfg: MultitaskConfig, name: str) -> FinetuneConfig:
+    """The single-task run of one task: the shared fields, method ssa-co for an SSA task, else vanilla."""
+    shared = {k: v for k, v in cfg.to_dict().items() if k in FinetuneConfig.__dataclass_fields__}
+    return FinetuneConfig(**{**shared, "task": name, "output_dir": str(Path(cfg.output_dir) / name),
+                             "method": "ssa-co" if name in cfg.ssa_task_names() else "vanilla"})
+
+
+def build_multitask(cfg: MultitaskConfig, encoder, tokenizer) -> MultitaskBert:
+    """Each task's head exactly as finetune builds it, in the order of cfg.tasks, on one encoder."""
+    return MultitaskBert(encoder, {name: build_classifier(task_config(cfg, name), encoder,
+                                                          glue.get_task(name).num_labels, tokenizer)
+                                   for name in cfg.task_names()})
+
+
+def overall_score(tasks: list[glue.GlueTask], dev: dict[str, dict]) -> float:
+    """Mean over tasks of each one's primary metric on its first dev split (SST accuracy, paraphrase accuracy,
+    STS Pearson: the report's "Overall")."""
+    return float(np.mean([dev[t.name][t.dev_splits[0]][t.metrics[0]] for t in tasks]))
+
+
+# ----------------------------------------------------------------------------------------------
+# Training
+
+
+def train_multitask(cfg: MultitaskConfig) -> dict:
+    """Train all tasks on one encoder, evaluate each on its dev split every epoch, checkpoint, resume;
+    return the metrics.json content (per task and epoch, plus `overall`)."""
+    out = Path(cfg.output_dir)
+    done = _finished(out, cfg)
+    if done is not None:
+        return done  # the same command after completion costs nothing
+    accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision)
+    if accelerator.num_processes > 1:
+        raise UsageError(f"multitask runs in one process; it was launched in {accelerator.num_processes} "
+                         f"(run it with python -m course_lib multitask)")
+    seed_everything(cfg.seed)
+    tasks = [glue.get_task(name) for name in cfg.task_names()]
+    views = {t.name: task_config(cfg, t.name) for t in tasks}
+    encoder, tokenizer = load_pretrained(cfg.model)
+    model, pad_id = build_multitask(cfg, encoder, tokenizer), tokenizer.pad_token_id
+    train, dev = {}, {}
+    for t in tasks:
+        examples = glue.subsample(glue.load_split(t, "train", cfg.glue_dir), cfg.max_train_samples, cfg.seed)
+        train[t.name] = glue.encode(examples, tokenizer, cfg.max_len)
+        dev[t.name] = {s: glue.encode(glue.subsample(glue.load_split(t, s, cfg.glue_dir), cfg.max_eval_samples,
+                                                     cfg.seed), tokenizer, cfg.max_len) for s in t.dev_splits}
+
+    steps_per_epoch = sum(math.ceil(len(train[t.name]) / cfg.batch_size) for t in tasks)
+    total_steps = steps_per_epoch * cfg.epochs
+    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8,
+                                  fused=True)
+    scheduler = linear_warmup_decay(optimizer, round(cfg.warmup_ratio * total_steps), total_steps)
+
+    state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "history": [], "train_seconds": 0.0,
+             "skipped_steps": 0, "epoch_totals": {}}
+    ckpt_path = out / CHECKPOINT
+    for folder in (out, *(out / t.name for t in tasks)):  # task folders hold the SSA label caches
+        if folder.is_dir():
+            remove_stale_temporaries(folder)
+    if ckpt_path.exists():
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        check_same_run(ckpt["config"], cfg, out)
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scheduler.load_state_dict(ckpt["scheduler"])
+        state = ckpt["state"]
+        torch.set_rng_state(ckpt["rng"])
+        if torch.cuda.is_available() and ckpt.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state_all(ckpt["cuda_rng"])
+        accelerator.print(f"resuming {out} at epoch {state['epoch'] + 1}, step {state['step_in_epoch']}")
+    model, optimizer = accelerator.prepare(model, optimizer)
+    base = accelerator.unwrap_model(model)
+
+    def save_checkpoint() -> None:
+        save_torch(ckpt_path, {"config": cfg.to_dict(), "model": base.state_dict(), "optimizer": optimizer.state_dict(),
+                               "scheduler": scheduler.state_dict(), "state": state, "rng": torch.get_rng_state(),
+                               "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None})
+
+    def write_metrics(status: str) -> dict:
+        result = {"config": cfg.to_dict(), "tasks": [t.name for t in tasks], "status": status,
+                  "history": state["history"], "train_steps": state["global_step"],
+                  "skipped_steps": state["skipped_steps"], "train_examples": {k: len(v) for k, v in train.items()},
+                  "timing": {"train_seconds": round(state["train_seconds"], 1)}}
+        if state["history"]:
+            last = state["history"][-1]
+            result.update(dev={k: {s: m for s, m in v.items() if s.startswith("dev")}
+                               for k, v in last["tasks"].items()}, overall=last["overall"])
+        write_json(out / METRICS, result)
+        return result
+
+    while state["epoch"] < cfg.epochs:
+        epoch = state["epoch"]
+        epoch_train, epoch_stats = {}, {}
+        with accelerator.autocast():  # heads are called directly, past the prepared model's autocast wrapper
+            for t in tasks:
+                epoch_train[t.name], epoch_stats[t.name] = epoch_features(
+                    views[t.name], epoch, train[t.name], base.heads[t.name], t, tokenizer, accelerator, out / t.name)
+        plan = epoch_plan(cfg.schedule, [[len(f["input_ids"]) for f in epoch_train[t.name]] for t in tasks],
+                          cfg.batch_size, cfg.seed, epoch, cfg.epochs, cfg.schedule_alpha_end, cfg.bucket_by_length)
+        base.train()
+        started = time.perf_counter()
+        bar = progress(total=steps_per_epoch, initial=state["step_in_epoch"], desc=f"epoch {epoch + 1}/{cfg.epochs}")
+        for k, rows in plan[state["step_in_epoch"]:]:
+            name = tasks[k].name
+            with accelerator.autocast():
+                loss, stats = _batch_loss(base.heads[name], [epoch_train[name][i] for i in rows], pad_id, accelerator)
+            value = loss.item()
+            totals = state["epoch_totals"].setdefault(name, {"steps": 0, "loss": 0.0})
+            totals["steps"] += 1
+            if guarded_step(loss, value, accelerator, model, optimizer, cfg.max_grad_norm, cfg.on_nonfinite_loss,
+                            f"epoch {epoch + 1}, step {state['step_in_epoch'] + 1} ({name})", ckpt_path,
+                            "try a lower --lr"):
+                totals["loss"] += value
+                for key, v in stats.items():
+                    totals[key] = totals.get(key, 0.0) + v
+            else:
+                state["skipped_steps"] += 1
+            scheduler.step()
+            state["step_in_epoch"] += 1
+            state["global_step"] += 1
+            bar.update()
+            bar.set_postfix(task=name, loss=f"{value:.4f}")
+            if cfg.save_every and state["global_step"] % cfg.save_every == 0 \
+                    and state["step_in_epoch"] < steps_per_epoch:
+                state["train_seconds"] += time.perf_counter() - started
+                started = time.perf_counter()
+                save_checkpoint()
+        bar.close()
+        state["train_seconds"] += time.perf_counter() - started
+        per_task, epoch_loss = {}, 0.0
+        for t in tasks:
+            totals = state["epoch_totals"].pop(t.name, {"steps": 0, "loss": 0.0})
+            n = totals.pop("steps")
+            epoch_loss += totals["loss"]
+            with accelerator.autocast():
+                metrics = evaluate(base.heads[t.name], t, dev[t.name], cfg.eval_batch_size, accelerator, pad_id)
+            per_task[t.name] = {"steps": n, "train_loss": totals.pop("loss") / n if n else None, **epoch_stats[t.name],
+                                **{key: v / n for key, v in totals.items()}, **metrics}  # e.g. ssa_loss
+        state["history"].append({"epoch": epoch + 1, "train_loss": epoch_loss / steps_per_epoch,
+                                 "schedule_alpha": schedule_alpha(cfg.schedule, epoch, cfg.epochs,
+                                                                  cfg.schedule_alpha_end),
+                                 "tasks": per_task, "overall": overall_score(tasks, per_task)})
+        state.update(epoch=epoch + 1, step_in_epoch=0)
+        save_checkpoint()
+        write_metrics("running")
+        accelerator.print(f"epoch {epoch + 1}: overall {state['history'][-1]['overall']:.4f}; " + ", ".join(
+            f"{t.name} {t.metrics[0]} {per_task[t.name][t.dev_splits[0]][t.metrics[0]]:.4f}" for t in tasks))
+    result = write_metrics("complete")
+    atomic_write(out / WEIGHTS, lambda f: f.write(safetensors_save(base.unique_state_dict())))
+    if not cfg.keep_checkpoint:
+        ckpt_path.unlink(missing_ok=True)
+    return result
