@@ -88,3 +88,18 @@ def results(rows: list[dict], metric: str, x: str = "method", hue: str | None = 
     ax.set_title(title)
     ax.tick_params(axis="x", rotation=20)
     return ax
+
+
+def attention_grid(maps: dict, tokens: list[str], ncols: int = 3, suptitle: str = "", vmax: float | None = None):
+    """Many (L, L) maps in rows of ncols, one colour scale (max of all maps unless vmax): AG's target patterns,
+    or the guided and unguided heads of two models."""
+    nrows = -(-len(maps) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 4.0 * nrows), layout="constrained", squeeze=False)
+    vmax = vmax if vmax is not None else max(float(_numpy(m).max()) for m in maps.values())
+    for ax, (name, probs) in zip(axes.flat, maps.items()):
+        attention_heatmap(probs, tokens, ax=ax, title=name, vmax=vmax)
+    for ax in list(axes.flat)[len(maps):]:
+        ax.set_visible(False)
+    if suptitle:
+        fig.suptitle(suptitle)
+    return axes

@@ -56,10 +56,14 @@ def _to_device(batch: dict, device) -> dict:
 @torch.no_grad()
 def predict(model: SequenceClassifier, features: list[dict], batch_size: int, accelerator: Accelerator,
             pad_token_id: int = 0) -> torch.Tensor:
-    """Class ids (or regression values) for every feature, in order; batches are shared across processes."""
+    """Class ids (or regression values) for every feature, in order; batches are shared across processes.
+
+    Batches hold similar lengths (longest first), so little compute goes to padding: SSA's probing, which runs
+    this over the training set every epoch, takes about half the time it does on batches in file order.
+    """
     model.eval()
     batches = glue.epoch_batches([len(f["input_ids"]) for f in features], batch_size, seed=0, epoch=0,
-                                 shuffle=False)
+                                 shuffle=False, bucket=True)
     mine = batches[accelerator.process_index::accelerator.num_processes]
     out = []
     for rows in progress(mine, desc="eval", leave=False):
@@ -314,3 +318,22 @@ def finetune(cfg: FinetuneConfig) -> dict:
         if not cfg.keep_checkpoint:
             ckpt_path.unlink(missing_ok=True)
     return result
+
+
+def load_finetuned(output_dir) -> tuple[SequenceClassifier, object]:
+    """(task model in eval mode, tokenizer) of a run that `finetune` completed in output_dir.
+
+    Rebuilt from the config saved in metrics.json (model, method and its encoder overrides) and the trained
+    weights in model.safetensors, so notebooks can probe a fine-tuned model's attention after training.
+    """
+    from safetensors.torch import load_file
+
+    out = Path(output_dir)
+    if not (out / METRICS).is_file() or not (out / WEIGHTS).is_file():
+        raise UsageError(f"{out} holds no completed fine-tuning run ({METRICS} and {WEIGHTS}): run finetune "
+                         f"there first")
+    cfg = FinetuneConfig.from_dict(json.loads((out / METRICS).read_text())["config"])
+    encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
+    model = build_classifier(cfg, encoder, glue.get_task(cfg.task).num_labels, tokenizer)
+    model.load_state_dict(load_file(out / WEIGHTS))
+    return model.eval(), tokenizer
