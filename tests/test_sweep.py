@@ -166,9 +166,9 @@ def test_each_run_has_its_folder_and_a_command_line_that_parses_back_to_its_conf
     ("command: finetune\ngrid: {seed: 0}\n", "grid.yaml: grid.seed must be a non-empty list of values, got 0"),
     ("command: finetune\ngrid: {seed: [0]}\nbase: {output_dir: x}\n", "base.output_dir is set per run"),
     ("command: finetune\nbase: {seed: 1}\ngrid: {seed: [0]}\n", "'seed' is in both base and grid"),
-    ("command: train\ngrid: {seed: [0]}\n", "grid.yaml: unknown command 'train' (valid: finetune)"),
-    ("command: finetune\ngrids: {seed: [0]}\n", "grid.yaml: unknown key 'grids' (valid: base, command, grid)"),
-    ("- task: sst2\n", "grid.yaml must be a mapping with keys base, command, grid; it holds a list"),
+    ("command: train\ngrid: {seed: [0]}\n", "grid.yaml: unknown command 'train' (valid: finetune, notebook)"),
+    ("command: finetune\ngrids: {seed: [0]}\n", "grid.yaml: unknown key 'grids' (valid: base, command, grid, gpu_hours)"),
+    ("- task: sst2\n", "grid.yaml must be a mapping with keys base, command, grid, gpu_hours; it holds a list"),
     ("command: finetune\ngrid: {seed: [0, 1]\n", "grid.yaml is not valid YAML at line"),
 ])
 def test_bad_grid_file_is_one_line_and_exit_2(tmp_path, capsys, text, message):
