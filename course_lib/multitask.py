@@ -15,6 +15,7 @@ finetune's. A one-task run is therefore a finetune run, step for step (tests/tes
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -276,3 +277,26 @@ def train_multitask(cfg: MultitaskConfig) -> dict:
     if not cfg.keep_checkpoint:
         ckpt_path.unlink(missing_ok=True)
     return result
+
+
+def load_multitask(output_dir) -> tuple[MultitaskBert, object]:
+    """(MultitaskBert in eval mode, tokenizer) of a run that `train_multitask` completed in output_dir.
+
+    Rebuilt from the config saved in metrics.json and the weights in model.safetensors, so a notebook can look
+    at the shared encoder's attention and each task's SSA token scores after training. The file holds each
+    tensor once (`unique_state_dict`): the heads' references to the encoder are filled by `encoder.*`.
+    """
+    from safetensors.torch import load_file
+
+    out = Path(output_dir)
+    if not (out / METRICS).is_file() or not (out / WEIGHTS).is_file():
+        raise UsageError(f"{out} holds no completed multitask run ({METRICS} and {WEIGHTS}): run train_multitask "
+                         f"there first")
+    cfg = MultitaskConfig.from_dict(json.loads((out / METRICS).read_text())["config"])
+    encoder, tokenizer = load_pretrained(cfg.model)
+    model = build_multitask(cfg, encoder, tokenizer)
+    missing, unexpected = model.load_state_dict(load_file(out / WEIGHTS), strict=False)
+    if unexpected or any(not (k.startswith("heads.") and ".encoder." in k) for k in missing):
+        raise UsageError(f"{out / WEIGHTS} does not match its config: missing {missing[:3]}, "
+                         f"unexpected {unexpected[:3]}")
+    return model.eval(), tokenizer

@@ -103,3 +103,17 @@ def attention_grid(maps: dict, tokens: list[str], ncols: int = 3, suptitle: str 
     if suptitle:
         fig.suptitle(suptitle)
     return axes
+
+
+def token_strips(strips: dict, tokens: list[str], ax=None, title: str = "", vmax: float | None = None):
+    """Per-token values as one annotated row per entry, on one colour scale (0 to vmax, else the largest value):
+    e.g. the attention [CLS] pays each token in several encoders, or SSA token scores of two models (vmax=1)."""
+    ax = _axes(ax, (max(4, 0.6 * len(tokens)), 0.6 + 0.45 * len(strips)))
+    values = pd.DataFrame([[float(v) for v in _numpy(row)] for row in strips.values()]).to_numpy()
+    sns.heatmap(values, xticklabels=tokens, yticklabels=list(strips), cmap="mako_r", vmin=0,
+                vmax=vmax if vmax is not None else values.max(), annot=True, fmt=".2f", annot_kws={"size": 7},
+                cbar=False, ax=ax)
+    ax.tick_params(axis="x", rotation=60)
+    ax.tick_params(axis="y", rotation=0)
+    ax.set_title(title)
+    return ax

@@ -198,3 +198,20 @@ def test_nbval_fails_when_a_checked_output_or_a_check_changes(tiny_notebooks, tm
     nbformat.write(broken, tmp_path / "executed" / "broken.ipynb")
     assert nbval(tmp_path / "executed" / "broken.ipynb") != 0
     assert nb.cells  # the executed copy is a real notebook
+
+
+@pytest.mark.parametrize("grid, runs", [("notebooks_smoke", 7), ("notebooks_cpu", 6), ("notebooks_paper", 6)])
+def test_notebook_grids_expand_and_dry_run(grid, runs, tmp_path, capsys):
+    """The paper grid cannot run here (no GPU), but every run must validate and the dry run must add up hours."""
+    from course_lib import sweep
+
+    path = ROOT / "ci" / "grids" / f"{grid}.yaml"
+    expanded = sweep.load_grid(path, tmp_path)
+    assert len(expanded) == runs and {r.config.notebook for r in expanded} <= set(NAMES)
+    assert sweep.sweep(path, tmp_path, dry_run=True) == 0
+    out = capsys.readouterr().out
+    assert f"{runs} runs: 0 complete, 0 failed, {runs} todo" in out
+    if grid == "notebooks_paper":
+        hours = yaml.safe_load(path.read_text())["gpu_hours"]
+        assert f"estimated GPU hours (the grid file's estimate, one GPU): {sum(hours.values()):.1f}" in out
+        assert all(r.config.preset == "paper" for r in expanded)
