@@ -66,13 +66,14 @@ def sparsemax_backward(p: torch.Tensor, grad: torch.Tensor, dim: int) -> torch.T
     Hints:
       1. J is symmetric, so J^T g = J g: inside S it is g_i minus the mean of g over S, outside S it is 0.
       2. The mean over S is (sum of g over S) / |S|, both along `dim` with keepdim=True.
-      3. Return a tensor shaped like grad; use torch.where so entries outside S are exactly 0.
+      3. Return a tensor shaped like grad, exactly 0 outside S. Keep s as a float tensor (p >= 0, so p.sign()
+         is s): on a CPU, float products are several times faster than boolean masks with torch.where.
     """
     ### BEGIN SOLUTION
-    support = p > 0
-    g = torch.where(support, grad, 0.0)  # where, not grad * support: mixing bool and float is slow on a CPU
-    mean = g.sum(dim, keepdim=True) / support.sum(dim, keepdim=True, dtype=g.dtype)
-    return torch.where(support, g - mean, 0.0)
+    s = p.sign()  # (..., n): the 0/1 indicator of S, as floats
+    g = grad * s
+    mean = g.sum(dim, keepdim=True) / s.sum(dim, keepdim=True)
+    return torch.addcmul(g, s, mean, value=-1)  # s * (g - mean)
     ### END SOLUTION
 
 
@@ -86,7 +87,7 @@ def _sparsemax_threshold(z: torch.Tensor, k: int = SPARSEMAX_TOP_K) -> torch.Ten
     the whole row whenever its own solution gives the k-th entry 0: the entries left out are no larger, so
     they get 0 too and the KKT conditions hold for the whole row. Rows where the k-th entry is still positive
     are redone with 4k entries, up to the full row. Exact, like the full sort, but a top-k is a partial sort:
-    at L = 128 forward and backward take about a third of the sort-based time.
+    at L = 128, forward + backward run about 2.5 times faster than with a full sort (`bench sparsemax`).
     """
     n = z.shape[-1]
     k = min(k, n)
@@ -105,7 +106,7 @@ class _SparsegenLin(torch.autograd.Function):
 
     The clamp and the division run inside, on one fresh tensor, so autograd keeps a single node; the backward
     divides by the temperature and, as clamp's own backward would, gives 0 to logits below MASK_FLOOR. Those
-    are outside the support unless a whole row is masked, so their mask is only kept when some row's threshold
+    are outside the support unless a whole row is masked, so their mask is only kept when some row's maximum
     is near the floor.
     """
 
@@ -140,8 +141,8 @@ def sparsegen_lin(scores: torch.Tensor, lam: float, dim: int = -1) -> torch.Tens
     """sparsegen-lin (Laha et al. 2018; SSAF, Cui et al. 2019, Eq. 7): argmin_p ||p - e||^2 - lam ||p||^2.
 
     It equals sparsemax(e / (1 - lam)): lam = 0 is sparsemax, larger lam is sparser, lam -> -inf tends to
-    uniform. Exact (a partial sort, `_sparsemax_threshold`), computed in fp32 under mixed precision; masked logits (<= MASK_FLOOR) get
-    exactly 0, and a fully masked row becomes uniform instead of NaN.
+    uniform. Exact (a partial sort, `_sparsemax_threshold`), computed in fp32 under mixed precision; masked
+    logits (<= MASK_FLOOR) get exactly 0, and a fully masked row becomes uniform instead of NaN.
     """
     if not lam < 1:
         raise UsageError(f"sparsegen_lambda must be < 1 (the problem is strongly convex only then), got {lam!r}")

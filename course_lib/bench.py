@@ -1,15 +1,24 @@
-"""`python -m course_lib bench speed`: our encoder against Hugging Face's BertModel, side by side.
+"""`python -m course_lib bench speed|methods|sparsemax`: measurements taken side by side in one process.
 
-Same weights (the packaged MiniLM unless --model), same inputs, one process, interleaved repeats with the
-order rotated each round, so drift in the machine's speed hits every contestant alike. Reports medians,
-spread and ratios (>1 means ours is faster), and achieved GFLOP/s against this machine's own dense matmul
-rate, measured in the same run (the practical limit).
+- speed: our encoder against Hugging Face's BertModel (sdpa and eager), same weights and inputs.
+- methods: the training step of each method against vanilla fine-tuning (AG: against plain MLM pre-training),
+  SSA's per-epoch label generation as a share of the epoch's training, and saved activations per step.
+- sparsemax: our sparsemax (sparsegen-lin at lambda 0) against entmax's, forward + backward.
+
+Every benchmark runs its contestants in one process with interleaved repeats, the order rotated each round, so
+drift in a shared machine's speed hits every contestant alike; ratios are taken within each round and summarised
+by their median and interquartile range. Speed targets are checked here, by printed ratios, never by timed tests.
 """
 from __future__ import annotations
 
 import json
+import math
+import os
 import statistics
+import tempfile
 import time
+from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -124,6 +133,418 @@ def format_speed(results: dict) -> str:
     return "\n".join(lines)
 
 
+# ----------------------------------------------------------------------------------------------
+# Shared by methods and sparsemax
+
+
+def interleaved(runs: dict[str, Callable[[], object]], repeats: int, warmup: int, desc: str) -> dict[str, list]:
+    """Seconds of each run, `repeats` rounds after `warmup` untimed ones, the order rotated every round."""
+    names, times = list(runs), {name: [] for name in runs}
+    for r in progress(range(warmup + repeats), desc=desc, leave=False):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            seconds = _timed(runs[name])
+            if r >= warmup:
+                times[name].append(seconds)
+    return times
+
+
+def ratio_summary(numerators: list[float], denominators: list[float]) -> dict:
+    """Median and interquartile range of the per-round ratios: pairs timed in the same round share its drift."""
+    ratios = [a / b for a, b in zip(numerators, denominators)]
+    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
+    return {"median": round(statistics.median(ratios), 3), "iqr": [round(q1, 3), round(q3, 3)]}
+
+
+def machine_load() -> list[float] | None:
+    """1, 5 and 15 minute load averages: above the thread count, other processes competed for the cores."""
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+
+
+# ----------------------------------------------------------------------------------------------
+# bench methods: each method's training step against its baseline's
+
+
+FINETUNE_METHODS = ("vanilla", "ssaf", "asa", "bernoulli-mask", "ssa-co", "ssa-hybrid")
+STEP_TARGETS = {"ssaf": 1.5, "asa": 2.2, "ag": 1.15}  # at most this many baseline steps (issue 7; ASA paper: ~2)
+SSA_LABEL_TARGET = 0.25  # SSA's label generation: at most this share of its epoch's training time
+
+
+def saved_activation_bytes(loss_fn: Callable[[], object], module: torch.nn.Module) -> int:
+    """Bytes of the distinct tensor storages autograd saves for the backward while `loss_fn` runs its forward.
+
+    That is the activation memory a training step holds when its forward ends, the bulk of its peak beyond the
+    weights, gradients and optimiser state (transient buffers inside single ops are not counted). It is exact
+    and the same on every machine, unlike the resident-set size of a process whose allocator keeps freed
+    memory. Parameters saved for the backward are not counted; a storage shared by several saved views counts
+    once.
+    """
+    weights = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in weights:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss_fn()
+    return sum(saved.values())
+
+
+def text_lines(glue_dir: str | None = None) -> tuple[list[str], str]:
+    """Real-ish sentences: SST-2's training set from glue_dir or $GLUE_DIR, else pretrain's generated corpus."""
+    from . import glue
+    from .pretrain import generated_corpus
+
+    glue_dir = glue_dir if glue_dir is not None else os.environ.get("GLUE_DIR") or None
+    if glue_dir is None:
+        return generated_corpus(), "generated corpus (course_lib.pretrain.generated_corpus)"
+    return [ex.texts[0] for ex in glue.load_split("sst2", "train", glue_dir)], f"SST-2 train ({glue_dir})"
+
+
+def fixed_length_features(lines: list[str], tokenizer, batch_size: int, seq_len: int, seed: int = 0) -> list[dict]:
+    """`batch_size` features of exactly `seq_len` tokens: [CLS], a window of the tokenised text, [SEP].
+
+    No padding, so every method pays for the full L x L attention; labels are random classes (0 or 1).
+    """
+    import random
+
+    width = seq_len - 2
+    stream = [t for ids in tokenizer(lines, add_special_tokens=False)["input_ids"] for t in ids]
+    stream *= math.ceil(batch_size * width / max(1, len(stream)))
+    rng = random.Random(seed)
+    return [{"input_ids": [tokenizer.cls_token_id, *stream[b * width:(b + 1) * width], tokenizer.sep_token_id],
+             "token_type_ids": [0] * seq_len, "label": rng.randint(0, 1)} for b in range(batch_size)]
+
+
+def _finetune_step(model, optimizer, features: list[dict], pad_id: int, accelerator, max_grad_norm: float) -> None:
+    """One step of `train.finetune`'s loop: the method's loss on the batch, backward, clip, AdamW step."""
+    from .train import _batch_loss, guarded_step
+
+    loss, _ = _batch_loss(model, features, pad_id, accelerator)
+    guarded_step(loss, loss.item(), accelerator, model, optimizer, max_grad_norm, "stop", "bench methods",
+                 Path("bench"), "bench methods")
+
+
+def _batch_loss_only(model, features: list[dict], pad_id: int, accelerator) -> torch.Tensor:
+    """The forward half of `_finetune_step`: the method's loss, for `saved_activation_bytes`."""
+    from .train import _batch_loss
+
+    return _batch_loss(model, features, pad_id, accelerator)[0]
+
+
+def _pretrain_step(model, optimizer, batch: tuple, guidance, ag_alpha: float, accelerator,
+                   max_grad_norm: float) -> torch.Tensor:
+    """One step of `pretrain.pretrain`'s loop: MLM loss, plus ag_alpha · L_AG when guidance is given.
+
+    With optimizer None only the loss is computed (the forward half, for `saved_activation_bytes`).
+    """
+    from .train import guarded_step
+
+    inputs, attention_mask, labels = batch
+    output = model(inputs, attention_mask, labels, output_attentions=guidance is not None)
+    loss = output.loss
+    if guidance is not None:
+        loss = loss + ag_alpha * guidance.loss(output.attentions, inputs, attention_mask)
+    if optimizer is not None:
+        guarded_step(loss, loss.item(), accelerator, model, optimizer, max_grad_norm, "stop", "bench methods",
+                     Path("bench"), "bench methods")
+    return loss
+
+
+def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: int = 5, warmup: int = 1,
+            epoch_examples: int = 512, ssa_epoch: int = 4, epoch_repeats: int = 3, glue_dir: str | None = None,
+            pretrain_config=None) -> dict:
+    """Training-step time of every method relative to its baseline, built and stepped as the training loops do.
+
+    Fine-tuning methods: `train.build_classifier` on the pretrained encoder (`load_pretrained` with the
+    method's overrides), a fused AdamW over `train.param_groups`, and each step is `train._batch_loss` plus
+    `train.guarded_step` on one batch of `seq_len` real tokens per row. The learning rate is 0, as on the
+    first step of the real warmup schedule, so the weights stay put and every round times the same work.
+    AG is a pre-training method: the MLM + AG step against the plain MLM step of `pretrain.pretrain`, on one
+    small model (`PretrainConfig`'s defaults, blocks packed by `pretrain.pack_blocks`, masks by `mask_tokens`).
+
+    SSA's label generation goes through `train.epoch_features` (probes by `train.predict`, labels by
+    `ssa.ssa_epoch_features`, the cache written and read back) for an epoch of `epoch_examples` sentences at
+    0-based epoch `ssa_epoch` (4: the largest share of labelled copies, 0.8), against the training of that
+    epoch's set by the same loop. The gold labels are the model's own predictions: a model that fits its
+    training set, as a fine-tuned one nearly does, so every example is probed.
+    """
+    from accelerate import Accelerator
+
+    from . import glue
+    from .ag import AttentionGuidance, ag_scale_at
+    from .config import BertConfig, FinetuneConfig, PretrainConfig
+    from .pretrain import BertForMaskedLM, mask_tokens, pack_blocks, pad_blocks, step_generator
+    from .repro import seed_everything
+    from .ssa import default_token_labels
+    from .train import build_classifier, encoder_overrides, param_groups
+
+    load_before = machine_load()
+    accelerator = Accelerator(cpu=True)
+    lines, source = text_lines(glue_dir)
+    lines = glue.subsample(lines, 4 * epoch_examples + 64 * batch_size, seed=0)
+
+    contestants, steps, saved, plain_features = {}, {}, {}, None
+    for method in FINETUNE_METHODS:
+        cfg = FinetuneConfig(method=method, model=model_name, max_len=seq_len, batch_size=batch_size)
+        seed_everything(cfg.seed)
+        encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
+        model = build_classifier(cfg, encoder, 2, tokenizer)
+        optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=0.0, fused=True)
+        model, optimizer = accelerator.prepare(model, optimizer)
+        model.train()
+        features = plain_features = plain_features or fixed_length_features(lines, tokenizer, batch_size, seq_len)
+        if method in ("ssa-co", "ssa-hybrid"):  # epoch-0 token labels: the SSA loss runs; its values do not matter
+            special = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
+            features = [{**f, "token_labels": default_token_labels(f, special)} for f in features]
+        contestants[method] = (cfg, model, optimizer, tokenizer)
+        steps[method] = (lambda m=model, o=optimizer, f=features, c=cfg, t=tokenizer:
+                         _finetune_step(m, o, f, t.pad_token_id, accelerator, c.max_grad_norm))
+        saved[method] = saved_activation_bytes(
+            lambda m=model, f=features, t=tokenizer: _batch_loss_only(m, f, t.pad_token_id, accelerator), model)
+
+    pcfg = pretrain_config or PretrainConfig(max_len=seq_len, batch_size=batch_size)
+    seed_everything(pcfg.seed)
+    bert_cfg = BertConfig(vocab_size=len(tokenizer), hidden_size=pcfg.hidden_size, num_hidden_layers=pcfg.num_layers,
+                          num_attention_heads=pcfg.num_heads, intermediate_size=pcfg.intermediate_size,
+                          hidden_dropout_prob=pcfg.hidden_dropout, attention_probs_dropout_prob=pcfg.attention_dropout,
+                          max_position_embeddings=pcfg.max_len, pad_token_id=tokenizer.pad_token_id)
+    mlm_model = BertForMaskedLM(bert_cfg)
+    guidance = AttentionGuidance(pcfg.num_heads, pcfg.ag_head_types, pcfg.ag_reduction, pcfg.ag_boundary,
+                                 delimiter_ids=(tokenizer.cls_token_id, tokenizer.sep_token_id),
+                                 period_ids=tokenizer.convert_tokens_to_ids(["."]))
+    mlm_optimizer = torch.optim.AdamW(param_groups(mlm_model, pcfg.weight_decay), lr=0.0, fused=True)
+    mlm_model, mlm_optimizer = accelerator.prepare(mlm_model, mlm_optimizer)
+    mlm_model.train()
+    input_ids, attention_mask = pad_blocks(pack_blocks(lines, tokenizer, pcfg.max_len)[:pcfg.batch_size],
+                                           tokenizer.pad_token_id)
+    inputs, labels = mask_tokens(input_ids, tokenizer.all_special_ids, tokenizer.mask_token_id, len(tokenizer),
+                                 pcfg.mlm_probability, step_generator(pcfg.seed, 0))
+    batch = (inputs, attention_mask, labels)
+    alpha = ag_scale_at(0, pcfg.max_steps, pcfg.ag_scale, pcfg.ag_plateau_steps)
+    for name, guide in (("mlm", None), ("ag", guidance)):
+        steps[name] = (lambda g=guide: _pretrain_step(mlm_model, mlm_optimizer, batch, g, alpha, accelerator,
+                                                      pcfg.max_grad_norm))
+        saved[name] = saved_activation_bytes(
+            lambda g=guide: _pretrain_step(mlm_model, None, batch, g, alpha, accelerator, 0.0), mlm_model)
+
+    times = interleaved(steps, repeats, warmup, desc="method steps")
+    baseline = {name: ("mlm" if name in ("mlm", "ag") else "vanilla") for name in steps}
+    rows = []
+    for name, seconds in times.items():
+        ratio = ratio_summary(seconds, times[baseline[name]])
+        target = STEP_TARGETS.get(name)
+        rows.append({"method": name, "baseline": baseline[name],
+                     "step_ms": round(1000 * statistics.median(seconds), 1), "ratio": ratio["median"],
+                     "ratio_iqr": ratio["iqr"], "target": target,
+                     "meets_target": None if target is None else ratio["median"] <= target,
+                     "saved_activations_mb": round(saved[name] / 2**20, 1)})
+
+    cfg, model, optimizer, tokenizer = contestants["ssa-hybrid"]
+    steps.clear()  # the other models' memory back before the epoch-long measurement
+    contestants.clear()
+    ssa = _ssa_label_share(cfg, model, optimizer, tokenizer, lines[:epoch_examples], ssa_epoch, epoch_repeats,
+                           accelerator)
+    return {"batch_size": batch_size, "seq_len": seq_len, "threads": torch.get_num_threads(),
+            "model": str(resolve_model_dir(model_name)), "text": source, "repeats": repeats,
+            "pretrain_model": {"layers": pcfg.num_layers, "hidden": pcfg.hidden_size, "heads": pcfg.num_heads,
+                               "ag_head_types": pcfg.ag_head_types, "tokens": list(input_ids.shape)},
+            "load_average": {"before": load_before, "after": machine_load()}, "methods": rows, "ssa_labels": ssa}
+
+
+def _ssa_label_share(cfg, model, optimizer, tokenizer, lines: list[str], epoch: int, repeats: int,
+                     accelerator) -> dict:
+    """Label generation of one SSA epoch (`train.epoch_features`) against the training of that epoch's set."""
+    from . import glue
+    from .train import epoch_features, predict
+
+    task = glue.get_task(cfg.task)
+    train = glue.encode([glue.Example((line,), 0) for line in lines], tokenizer, cfg.max_len)
+    own = predict(model, train, cfg.eval_batch_size, accelerator, tokenizer.pad_token_id).long().tolist()
+    train = [{**f, "label": label} for f, label in zip(train, own)]
+    state: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        def generate_labels() -> None:  # a fresh folder each time, so the epoch's cache is never reused
+            out = Path(tmp) / f"call{len(state)}"
+            state[out] = epoch_features(cfg, epoch, train, model, task, tokenizer, accelerator, out)
+
+        def train_epoch() -> None:  # the epoch loop of train.finetune over the last labelled set
+            features, _ = state[next(reversed(state))]
+            batches = glue.epoch_batches([len(f["input_ids"]) for f in features], cfg.batch_size, cfg.seed, epoch,
+                                         shuffle=True, bucket=cfg.bucket_by_length)
+            model.train()
+            for rows in batches:
+                _finetune_step(model, optimizer, [features[i] for i in rows], tokenizer.pad_token_id, accelerator,
+                               cfg.max_grad_norm)
+
+        generate_labels()  # also the warmup of the label path; the training path is warm from the step timings
+        times = interleaved({"labels": generate_labels, "train": train_epoch}, repeats, 0, desc="SSA epoch")
+    share = ratio_summary(times["labels"], times["train"])
+    stats = state[next(reversed(state))][1]
+    return {"epoch": epoch + 1, "examples": len(train), "aug_ratio": stats["aug_ratio"], "probes": stats["probes"],
+            "labelled": stats["labelled"], "mean_tokens": round(statistics.mean(len(f["input_ids"]) for f in train), 1),
+            "label_s": round(statistics.median(times["labels"]), 2),
+            "epoch_train_s": round(statistics.median(times["train"]), 2), "share": share["median"],
+            "share_iqr": share["iqr"], "target": SSA_LABEL_TARGET, "meets_target": share["median"] <= SSA_LABEL_TARGET}
+
+
+def format_methods(results: dict) -> str:
+    p, s = results["pretrain_model"], results["ssa_labels"]
+    lines = [f"batch {results['batch_size']} x {results['seq_len']} tokens, {results['threads']} threads, "
+             f"load average {results['load_average']['before']} -> {results['load_average']['after']}; "
+             f"text: {results['text']}; AG on a {p['layers']}-layer d={p['hidden']} {p['heads']}-head BERT "
+             f"(ag_head_types {p['ag_head_types']}, tokens {p['tokens']})",
+             "| method | vs | step ms | ratio (IQR) | target | met | saved activations MB |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results["methods"]:
+        target = "" if r["target"] is None else f"<= {r['target']}x"
+        met = "" if r["meets_target"] is None else ("yes" if r["meets_target"] else "NO")
+        lines.append(f"| {r['method']} | {r['baseline']} | {r['step_ms']} | {r['ratio']}x "
+                     f"({r['ratio_iqr'][0]}-{r['ratio_iqr'][1]}) | {target} | {met} | {r['saved_activations_mb']} |")
+    lines.append(f"| ssa-hybrid labels, epoch {s['epoch']} ({s['examples']} examples, {s['probes']} probes) | "
+                 f"its epoch's training ({s['epoch_train_s']} s) | {1000 * s['label_s']:.0f} | {s['share']:.0%} "
+                 f"({s['share_iqr'][0]:.0%}-{s['share_iqr'][1]:.0%}) | <= {s['target']:.0%} | "
+                 f"{'yes' if s['meets_target'] else 'NO'} | - |")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# bench sparsemax: ours against entmax's
+
+
+SPARSEMAX_TARGET = 2.0  # ours at least this many times faster than entmax.sparsemax, forward + backward
+
+
+class _SortSparsemax(torch.autograd.Function):
+    """The textbook closed form on whole rows (a full sort), from the same pieces: what the partial sort saves."""
+
+    @staticmethod
+    def forward(ctx, z):
+        from .attention import sparsemax_forward
+
+        p = sparsemax_forward(z, -1)
+        ctx.save_for_backward(p)
+        return p
+
+    @staticmethod
+    def backward(ctx, grad):
+        from .attention import sparsemax_backward
+
+        return sparsemax_backward(ctx.saved_tensors[0], grad, -1)
+
+
+def _status(fn) -> str:
+    """'finite', 'NaN' (or inf), or the exception a call raises."""
+    try:
+        return "finite" if bool(torch.isfinite(fn()).all()) else "NaN"
+    except Exception as err:  # entmax's behaviour is what is being reported
+        return f"raises {type(err).__name__}: {str(err).splitlines()[0][:80]}"
+
+
+def fully_masked_rows(length: int = 128) -> list[dict]:
+    """What ours and entmax give for a row whose every logit is masked, with each masking value in use."""
+    import entmax
+
+    from .attention import MASK_FLOOR, sparsegen_lin
+
+    rows = []
+    for name, value in (("-inf", -math.inf), ("finfo(float32).min", torch.finfo(torch.float32).min),
+                        ("MASK_FLOOR (-1e4)", MASK_FLOOR)):
+        entry = {"mask_value": name}
+        for who, fn in (("ours", lambda z: sparsegen_lin(z, 0.0)), ("entmax", lambda z: entmax.sparsemax(z, -1))):
+            row = torch.full((1, length), value, requires_grad=True)
+            entry[f"{who}_output"] = _status(lambda: fn(row))
+
+            def gradient() -> torch.Tensor:
+                fn(row).backward(torch.randn(1, length, generator=torch.Generator().manual_seed(0)))
+                return row.grad
+
+            entry[f"{who}_grad"] = _status(gradient)
+        rows.append(entry)
+    return rows
+
+
+def sparsemax_speed(shape=(32, 12, 128, 128), repeats: int = 10, warmup: int = 2, logit_std: float = 2.0,
+                    lambdas=(0.0, -4.0)) -> dict:
+    """Forward + backward of our sparsegen-lin against entmax.sparsemax(scores / (1 - lambda)), fp32.
+
+    Scores are N(0, logit_std²) (algorithms.md 3.3: supports of about 2 keys at lambda 0, 7 at -4, L = 128);
+    softmax is timed for reference, and the full-sort closed form to show what the partial sort saves.
+    """
+    import entmax
+
+    from .attention import sparsegen_lin
+
+    load_before = machine_load()
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.randn(shape, generator=gen) * logit_std
+    upstream = torch.randn(shape, generator=gen)
+    cases = []
+    for lam in lambdas:
+        temperature = 1.0 - lam
+        contestants = {"ours": lambda z: sparsegen_lin(z, lam),
+                       "entmax": lambda z: entmax.sparsemax(z / temperature if lam else z, dim=-1),
+                       "full_sort": lambda z: _SortSparsemax.apply(z / temperature if lam else z),
+                       "softmax": lambda z: torch.softmax(z, dim=-1)}
+
+        def forward_backward(fn) -> tuple[torch.Tensor, torch.Tensor]:
+            leaf = scores.detach().requires_grad_()
+            out = fn(leaf)
+            out.backward(upstream)
+            return out.detach(), leaf.grad
+
+        ours, ours_grad = forward_backward(contestants["ours"])
+        ref, ref_grad = forward_backward(contestants["entmax"])
+        times = interleaved({n: (lambda f=f: forward_backward(f)) for n, f in contestants.items()}, repeats, warmup,
+                            desc=f"sparsemax lambda={lam}")
+        faster = {n: ratio_summary(t, times["ours"]) for n, t in times.items() if n != "ours"}
+        cases.append({"lambda": lam, "median_ms": {n: round(1000 * statistics.median(t), 1) for n, t in times.items()},
+                      "ours_faster_than": faster, "mean_support": round((ours > 0).sum(-1).float().mean().item(), 2),
+                      "max_abs_diff_vs_entmax": (ours - ref).abs().max().item(),
+                      "max_abs_grad_diff_vs_entmax": (ours_grad - ref_grad).abs().max().item(),
+                      "target": SPARSEMAX_TARGET if lam == 0 else None,
+                      "meets_target": faster["entmax"]["median"] >= SPARSEMAX_TARGET if lam == 0 else None})
+    return {"shape": list(shape), "dtype": "float32", "logit_std": logit_std, "threads": torch.get_num_threads(),
+            "repeats": repeats, "load_average": {"before": load_before, "after": machine_load()},
+            "entmax_version": getattr(entmax, "__version__", "?"), "cases": cases,
+            "fully_masked_row": fully_masked_rows(shape[-1])}
+
+
+def format_sparsemax(results: dict) -> str:
+    lines = [f"scores {results['shape']} {results['dtype']}, N(0, {results['logit_std']}^2), forward + backward, "
+             f"{results['threads']} threads, load average {results['load_average']['before']} -> "
+             f"{results['load_average']['after']}; entmax {results['entmax_version']}",
+             "| lambda | ours ms | entmax ms | full sort ms | softmax ms | ours vs entmax (IQR) | ours vs full sort "
+             "| target | met | mean support | max diff vs entmax (p, grad) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in results["cases"]:
+        m, f = c["median_ms"], c["ours_faster_than"]
+        target = "" if c["target"] is None else f">= {c['target']}x"
+        met = "" if c["meets_target"] is None else ("yes" if c["meets_target"] else "NO")
+        lines.append(f"| {c['lambda']} | {m['ours']} | {m['entmax']} | {m['full_sort']} | {m['softmax']} | "
+                     f"{f['entmax']['median']}x ({f['entmax']['iqr'][0]}-{f['entmax']['iqr'][1]}) | "
+                     f"{f['full_sort']['median']}x | {target} | {met} | {c['mean_support']} | "
+                     f"{c['max_abs_diff_vs_entmax']:.1e}, {c['max_abs_grad_diff_vs_entmax']:.1e} |")
+    lines += ["", "fully masked row (every logit masked):",
+              "| mask value | ours p | ours grad | entmax p | entmax grad |", "|---|---|---|---|---|"]
+    lines += [f"| {r['mask_value']} | {r['ours_output']} | {r['ours_grad']} | {r['entmax_output']} | "
+              f"{r['entmax_grad']} |" for r in results["fully_masked_row"]]
+    return "\n".join(lines)
+
+
 def main(args) -> None:
-    results = speed(args.model, args.batch_size, tuple(args.seq_lens), args.repeats)
-    print(json.dumps(results, indent=2) if args.json else format_speed(results))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.what == "methods":
+        results = methods(args.model, args.batch_size, (args.seq_lens or [64])[0], args.repeats or 5,
+                          epoch_examples=args.epoch_examples, glue_dir=args.glue_dir)
+        print(json.dumps(results, indent=2) if args.json else format_methods(results))
+    elif args.what == "sparsemax":
+        seq = (args.seq_lens or [128])[0]
+        results = sparsemax_speed((args.batch_size, 12, seq, seq), args.repeats or 10)
+        print(json.dumps(results, indent=2) if args.json else format_sparsemax(results))
+    else:
+        results = speed(args.model, args.batch_size, tuple(args.seq_lens or (64, 128)), args.repeats or 10)
+        print(json.dumps(results, indent=2) if args.json else format_speed(results))

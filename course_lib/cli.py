@@ -76,10 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--batch-size", type=int, default=32)
     bench.add_argument("--seq-lens", type=int, nargs="+", default=None,
                        help="speed: 64 128; methods: 64; sparsemax: 128 (the first length only)")
-    bench.add_argument("--repeats", type=int, default=10)
+    bench.add_argument("--repeats", type=int, default=None, help="timed rounds (default: methods 5, else 10)")
     bench.add_argument("--epoch-examples", type=int, default=512, help="methods: sentences in the SSA epoch")
     bench.add_argument("--glue-dir", default=None,
                        help="methods: SST-2 sentences from here (default: $GLUE_DIR, else generated text)")
+    bench.add_argument("--threads", type=int, default=None,
+                       help="torch threads (default: torch's choice); 1 is steadier on cores other jobs share")
     bench.add_argument("--methods", default=None, help="diagnostics: comma list (default: all fine-tuning methods)")
     bench.add_argument("--seeds", default="0,1,2", help="diagnostics: comma list of seeds")
     bench.add_argument("--quick", action="store_true", help="diagnostics: the smoke budget (tiny data, for tests)")

@@ -110,3 +110,29 @@ def test_model_with_sparse_attention_gives_sparse_maps():
         assert frac.shape == (4,) and ((0 <= frac) & (frac < 1)).all()
     out.last_hidden_state.sum().backward()  # the closed-form backward runs inside the model
     assert torch.isfinite(model.layers[0].attention.qkv.weight.grad).all()
+
+
+@pytest.mark.parametrize("scale", [2.0, 0.05])  # supports inside the first top-k, and far wider (the redo path)
+def test_sparsegen_lin_matches_entmax_on_long_rows_and_another_axis(scale):
+    e = scores(3, 200, 5, scale=scale).requires_grad_()  # rows along dim 1, longer than SPARSEMAX_TOP_K
+    e_ref = e.detach().clone().requires_grad_()
+    p, p_ref = sparsegen_lin(e, -2.0, dim=1), entmax.sparsemax(e_ref / 3.0, dim=1)
+    torch.testing.assert_close(p, p_ref, atol=1e-6, rtol=0)
+    g = torch.randn_like(p)
+    p.backward(g)
+    p_ref.backward(g)
+    torch.testing.assert_close(e.grad, e_ref.grad, atol=1e-6, rtol=0)
+    assert ((p > 0).sum(1) > 16).any() == (scale < 1)
+
+
+def test_fully_masked_row_passes_no_gradient_to_logits_below_the_floor():
+    e = torch.full((2, 40), -1e30, dtype=torch.float64)
+    e[1, :5] = scores(5)
+    e[0, 0] = MASK_FLOOR  # at the floor itself the gradient passes, as clamp's does
+    e.requires_grad_()
+    e_ref = e.detach().clone().requires_grad_()
+    g = scores(2, 40, seed=3)
+    sparsegen_lin(e, -1.0).backward(g)
+    entmax.sparsemax(e_ref.clamp_min(MASK_FLOOR) / 2.0, dim=-1).backward(g)
+    torch.testing.assert_close(e.grad, e_ref.grad, atol=1e-12, rtol=0)
+    assert (e.grad[:, 5:] == 0).all() and e.grad[0, 0] != 0
