@@ -29,6 +29,7 @@ from .reported import reported
 from .repro import atomic_write
 
 METRICS = "metrics.json"  # written by course_lib.train
+METHOD_OPTIONS = ("ssa_", "asa_", "sparsegen_", "bernoulli_")  # a method's own settings, unused by vanilla
 NOT_GROUPED = ("seed", "output_dir")  # runs that differ only in these are seeds of one group
 # A run made before a FinetuneConfig field existed ran with what is now its default.
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
@@ -83,11 +84,11 @@ def summarize(rows: list[dict]) -> list[dict]:
     summary = []
     for members in groups.values():
         seeds = {}
-        for row in members:
+        for row in list(members):
             seed = row["config"].get("seed")
-            if seed in seeds:
-                raise UsageError(f"{seeds[seed]} and {row['run']} are the same run (same settings, seed {seed}); "
-                                 f"keep one, or collect a narrower folder")
+            if seed in seeds:  # the same settings and seed in two folders (two notebooks' vanilla runs, say):
+                members.remove(row)  # a deterministic run, counted once
+                continue
             seeds[seed] = row["run"]
         names = list(dict.fromkeys(name for row in members for name in row["metrics"]))
         metrics = {}
@@ -109,14 +110,19 @@ def paired_tests(rows: list[dict], metric: str, baseline: str = "vanilla") -> li
     """
     from scipy import stats
 
-    def key(row):
-        return row["task"], row["config"].get("seed")
+    def key(row):  # everything but the method and its own options
+        shared = {k: v for k, v in row["config"].items()
+                  if k not in ("method", "output_dir") and not k.startswith(METHOD_OPTIONS)}
+        return row["task"], json.dumps(shared, sort_keys=True)
     base = {key(r): r["metrics"][metric] for r in rows
             if r["config"].get("method") == baseline and metric in r["metrics"]}
     pairs: dict[tuple, list[tuple[float, float]]] = {}
     for row in rows:
         method = row["config"].get("method")
         if method != baseline and metric in row["metrics"] and key(row) in base:
+            options = ", ".join(f"{k}={v}" for k, v in sorted(row["config"].items())
+                                if k.startswith(METHOD_OPTIONS) and v != DEFAULTS.get(k))
+            method = f"{method} ({options})" if options else method  # ssa-co with paper labels is its own row
             pairs.setdefault((row["task"], method), []).append((row["metrics"][metric], base[key(row)]))
     results = []
     for (task, method), values in sorted(pairs.items()):
