@@ -117,8 +117,11 @@ class SelfAttention(nn.Module):
         self.dropout = Dropout(cfg.hidden_dropout_prob)
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor | None, need_weights: bool):
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None, need_weights: bool, cls_only: bool = False):
         q, k, v = split_heads(self.qkv(x), self.num_heads)  # (B, L, 3d) → 3 × (B, H, L, d_h), one projection
+        if cls_only:  # the [CLS] query alone attends over every key; its row is all that leaves this layer
+            q, x = q[:, :, :1], x[:, :1]
+            bias = bias[..., :1, :] if bias is not None else None
         dropout_p = self.attn_dropout if self.training else 0.0
         context, probs = attend(q, k, v, bias, self.normalize, dropout_p, need_weights)  # (B, H, L, d_h)
         context = merge_heads(context)  # (B, L, d)
@@ -155,8 +158,8 @@ class Layer(nn.Module):
         self.attention = SelfAttention(cfg)
         self.ffn = FeedForward(cfg)
 
-    def forward(self, x, bias, need_weights):
-        x, probs = self.attention(x, bias, need_weights)
+    def forward(self, x, bias, need_weights, cls_only=False):
+        x, probs = self.attention(x, bias, need_weights, cls_only)
         return self.ffn(x), probs
 
 
@@ -185,12 +188,15 @@ class BertModel(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_attentions: bool = False,
                 attention_bias: torch.Tensor | Sequence[torch.Tensor | None] | BiasHook | None = None,
-                ) -> BertOutput:
+                cls_only: bool = False) -> BertOutput:
         """input_ids, attention_mask (1 = real token), token_type_ids: (B, L).
 
         attention_bias: extra additive logits, one tensor broadcastable to (B, H, L, L) for every layer, a
         sequence with one entry (or None) per layer, or a hook `f(layer_index, layer_input)` that computes
         each layer's bias from that layer's input (B, L, d) during the pass (ASA's adversaries).
+        cls_only: the pooler reads only [CLS], so the last layer may compute that one position (its keys and
+        values still come from every token): the same pooler_output for 5/6 of the last layer's compute.
+        last_hidden_state is then (B, 1, d) and the last layer's attention map (B, H, 1, L).
         """
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
@@ -206,7 +212,7 @@ class BertModel(nn.Module):
         for i, layer in enumerate(self.layers):
             extra = attention_bias(i, x) if callable(attention_bias) else attention_bias[i]
             bias = mask if extra is None else (extra if mask is None else mask + extra)
-            x, probs = layer(x, bias, output_attentions)
+            x, probs = layer(x, bias, output_attentions, cls_only and i == len(self.layers) - 1)
             attentions.append(probs)
         pooled = torch.tanh(self.pooler(x[:, 0]))  # (B, d), from the [CLS] position
         return BertOutput(x, pooled, tuple(attentions) if output_attentions else None)

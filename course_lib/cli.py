@@ -67,16 +67,17 @@ def build_parser() -> argparse.ArgumentParser:
     multitask = commands.add_parser("multitask", help="one BERT, a head per GLUE task, a task schedule, SSA per task")
     _add_config_options(multitask, MultitaskConfig)
     bench = commands.add_parser("bench", help="benchmarks, measured side by side in one process")
-    bench.add_argument("what", choices=["speed", "methods", "sparsemax", "diagnostics"],
+    bench.add_argument("what", choices=["speed", "methods", "sparsemax", "diagnostics", "reproduce"],
                        help="speed: our encoder vs Hugging Face's BertModel; methods: each method's training step "
                             "vs vanilla (AG vs MLM) and SSA's label generation; sparsemax: ours vs entmax; "
-                            "diagnostics: shortcut reliance and precision@k on synthetic data with ground truth")
+                            "diagnostics: shortcut reliance and precision@k on synthetic data with ground truth; "
+                            "reproduce: every method vs vanilla on GLUE_DIR tasks, 3 seeds, paired tests")
     bench.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
     bench.add_argument("--model", default=None, help="BERT folder or hub id (default: the packaged MiniLM)")
     bench.add_argument("--batch-size", type=int, default=32)
     bench.add_argument("--seq-lens", type=int, nargs="+", default=None,
                        help="speed: 64 128; methods: 64; sparsemax: 128 (the first length only)")
-    bench.add_argument("--repeats", type=int, default=None, help="timed rounds (default: methods 5, else 10)")
+    bench.add_argument("--repeats", type=int, default=10)
     bench.add_argument("--epoch-examples", type=int, default=512, help="methods: sentences in the SSA epoch")
     bench.add_argument("--glue-dir", default=None,
                        help="methods: SST-2 sentences from here (default: $GLUE_DIR, else generated text)")
@@ -85,7 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--methods", default=None, help="diagnostics: comma list (default: all fine-tuning methods)")
     bench.add_argument("--seeds", default="0,1,2", help="diagnostics: comma list of seeds")
     bench.add_argument("--quick", action="store_true", help="diagnostics: the smoke budget (tiny data, for tests)")
-    bench.add_argument("--output-dir", default="runs/diagnostics", help="diagnostics: run folders, reused if there")
+    bench.add_argument("--output-dir", default=None,
+                       help="diagnostics, reproduce: run folders, reused if there "
+                            "(default runs/diagnostics, runs/sweep/<grid name>)")
+    bench.add_argument("--grid", default=None, help="reproduce: the sweep grid (default ci/grids/cpu_reproduction.yaml)")
+    bench.add_argument("--report", default=None, help="reproduce: where the report goes "
+                                                      "(default results/cpu_reproduction.md)")
+    bench.add_argument("--shard", default=None, metavar="I/N", help="reproduce: run only the I-th of N parts")
     return parser
 
 
@@ -116,6 +123,10 @@ def run(argv: list[str]) -> int:
 
         result = train_multitask(MultitaskConfig.from_dict(args))
         print(json.dumps({"dev": result["dev"], "overall": result["overall"]}, sort_keys=True))
+    elif command == "bench" and namespace.what == "reproduce":
+        from . import reproduce
+
+        return reproduce.main(namespace)
     elif command == "bench" and namespace.what == "diagnostics":
         from . import diagnostics
 

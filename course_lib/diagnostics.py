@@ -336,5 +336,6 @@ def main(args) -> None:
         raise UsageError(f"--seeds must be a comma list of integers, got {args.seeds!r}") from None
     name = "quick" if args.quick else "default"
     with contextlib.redirect_stdout(sys.stderr):  # finetune's per-epoch lines; stdout is the table or JSON
-        results = run_diagnostics(methods, seeds, BUDGETS[name], Path(args.output_dir) / name, args.model)
+        output_dir = Path(args.output_dir or "runs/diagnostics") / name
+        results = run_diagnostics(methods, seeds, BUDGETS[name], output_dir, args.model)
     print(json.dumps(results, indent=2) if args.json else format_table(results))

@@ -26,6 +26,10 @@ class SequenceClassifier(nn.Module):
     (which is also what DistributedDataParallel needs).
     """
 
+    # The same logits and gradients either way, up to float rounding (~1e-9 in the gradients); False computes
+    # every position of the last layer as Hugging Face does, for bit-for-bit comparisons.
+    cls_only = True
+
     def __init__(self, encoder: BertModel, num_labels: int, dropout: float = 0.1):
         super().__init__()
         self.encoder = encoder
@@ -37,6 +41,9 @@ class SequenceClassifier(nn.Module):
 
     def logits(self, input_ids, attention_mask=None, token_type_ids=None,
                **encoder_kwargs) -> tuple[torch.Tensor, BertOutput]:
+        """(logits, encoder output). Unless attention maps are asked for, the encoder's last layer computes the
+        [CLS] position only (`BertModel.forward`'s cls_only, when `self.cls_only`): the head reads nothing else."""
+        encoder_kwargs.setdefault("cls_only", self.cls_only and not encoder_kwargs.get("output_attentions", False))
         out = self.encoder(input_ids, attention_mask, token_type_ids, **encoder_kwargs)
         return self.classifier(self.dropout(out.pooler_output)), out
 

@@ -13,6 +13,7 @@ share of the epoch replaced by labelled copies ramps 0, .2, .4, .6, .8 (`aug_rat
 """
 from __future__ import annotations
 
+import math
 import random
 
 import torch
@@ -174,38 +175,48 @@ def ssa_epoch_features(features: list[dict], predict, epoch: int, seed: int, spe
                        is_regression: bool, label_mode: str = "code", max_rounds: int = 3) -> tuple[list, dict]:
     """The epoch's training set: N examples, a share `aug_ratio(epoch)` of them carrying probed token labels.
 
-    `predict(features) -> list of predictions` runs the current model in eval mode. Probing repeats (at most
-    `max_rounds` times, fresh masks each round) until enough distinct qualifying probes exist. The inputs are
-    always the original sentences; only the labels come from the probes.
+    `predict(features) -> list of predictions` runs the current model in eval mode. The authors probe every
+    example, then sample the qualifying probes they need; we probe examples in a random order and stop once
+    enough qualify, which picks a uniform sample of qualifying probes too, at about half the forward passes
+    in early epochs. Rounds repeat (at most `max_rounds`, fresh masks each) while too few qualify. The inputs
+    are always the original sentences; only the labels come from the probes.
     """
     n, ratio = len(features), aug_ratio(epoch)
     default = IGNORE if label_mode == "paper" else 1  # paper mode: unprobed tokens carry no SSA signal
     base = [{**f, "token_labels": [IGNORE if t in special_ids else default for t in f["input_ids"]]}
             for f in features]
-    stats = {"aug_ratio": ratio, "probes": 0, "labelled": 0}
+    stats = {"aug_ratio": ratio, "originals": 0, "probes": 0, "labelled": 0}
     if ratio == 0:
         return base, stats
     rng = random.Random(seed * 100_003 + epoch)
     wanted = int(n * ratio)
-    original = predict(features)
-    correct = [i for i, f in enumerate(features) if agree(is_regression, original[i], f["label"])]
+    order = rng.sample(range(n), n)
+    original: dict[int, float] = {}  # prediction on the unmasked sentence, computed once per example
     labelled: dict[tuple, dict] = {}
     for _ in range(max_rounds):
-        probes = [(i, frozenset(mask_positions(segments_of(features[i], special_ids), rng))) for i in correct]
-        probes = [(i, pos) for i, pos in probes if pos and (i, pos) not in labelled]
-        masked = predict([masked_copy(features[i], pos, mask_id) for i, pos in probes])
-        stats["probes"] += len(probes)
-        for (i, pos), pred in zip(probes, masked):
-            held = agree(is_regression, pred, original[i])
-            if label_mode == "code" and not held:
-                continue  # the authors discard probes whose prediction flips
-            labels = [IGNORE if t in special_ids else (int(not held) if j in pos else default)
-                      for j, t in enumerate(features[i]["input_ids"])]
-            labelled[(i, pos)] = {**features[i], "token_labels": labels}
+        start = 0
+        while start < n and len(labelled) < wanted:
+            rate = len(labelled) / stats["probes"] if stats["probes"] else 1.0  # qualifying share so far
+            size = max(32, math.ceil((wanted - len(labelled)) / max(rate, 0.1)))
+            block, start = order[start:start + size], start + size
+            fresh = [i for i in block if i not in original]
+            original.update(zip(fresh, predict([features[i] for i in fresh])))
+            stats["originals"] += len(fresh)
+            correct = [i for i in block if agree(is_regression, original[i], features[i]["label"])]
+            probes = [(i, frozenset(mask_positions(segments_of(features[i], special_ids), rng))) for i in correct]
+            probes = [(i, pos) for i, pos in probes if pos and (i, pos) not in labelled]
+            masked = predict([masked_copy(features[i], pos, mask_id) for i, pos in probes])
+            stats["probes"] += len(probes)
+            for (i, pos), pred in zip(probes, masked):
+                held = agree(is_regression, pred, original[i])
+                if label_mode == "code" and not held:
+                    continue  # the authors discard probes whose prediction flips
+                labels = [IGNORE if t in special_ids else (int(not held) if j in pos else default)
+                          for j, t in enumerate(features[i]["input_ids"])]
+                labelled[(i, pos)] = {**features[i], "token_labels": labels}
         if len(labelled) >= wanted:
             break
-    keys = sorted(labelled, key=lambda k: (k[0], sorted(k[1])))
-    chosen = rng.sample(keys, min(wanted, len(keys)))
+    chosen = list(labelled)[:wanted]  # the first qualifying probes in a random order: a uniform sample
     rest = rng.sample(range(n), n - len(chosen))
     stats["labelled"] = len(chosen)
     return [labelled[k] for k in chosen] + [base[i] for i in rest], stats

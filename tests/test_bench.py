@@ -72,3 +72,13 @@ def test_cli_bench_methods_json(tiny_model_dir, monkeypatch, capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["seq_len"] == 16 and len(result["methods"]) == len(bench.FINETUNE_METHODS) + 2
     assert all(positive(r["ratio"]) for r in result["methods"]) and positive(result["ssa_labels"]["share"])
+
+
+def test_speed_benchmark_compares_identical_outputs(tiny_model_dir):
+    result = bench.speed(str(tiny_model_dir), batch_size=2, seq_lens=(16,), repeats=2, warmup=0)
+    assert [(c["seq_len"], c["mode"]) for c in result["cases"]] == [(16, "train"), (16, "inference")]
+    for case in result["cases"]:
+        assert case["max_abs_diff_vs_ours"] < 1e-5  # HF sdpa, HF eager and our [CLS]-only pass: same pooler output
+        assert set(case["speedup_vs"]) == {"ours_cls", "hf_sdpa", "hf_eager"}
+        assert all(positive(x) for x in (*case["speedup_vs"].values(), *case["cls_speedup_vs"].values()))
+    assert "| 16 | train |" in bench.format_speed(result)

@@ -66,6 +66,28 @@ def test_fast_path_equals_explicit_attention(ours, batch):
     torch.testing.assert_close(fast.last_hidden_state, slow.last_hidden_state, atol=ATOL, rtol=0)
 
 
+def test_cls_only_last_layer_gives_hugging_faces_pooled_output_and_the_same_gradients(ours, batch, minilm_dir):
+    """The classification heads' shortcut: the last layer computes [CLS] alone, with a bias per query row."""
+    model, _ = ours
+    ids, mask, types = batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]
+    with torch.no_grad():
+        short = model(ids, mask, types, cls_only=True)
+        want = hf_model(minilm_dir, "sdpa")(**batch).pooler_output
+    assert short.last_hidden_state.shape == (4, 1, model.config.hidden_size)
+    torch.testing.assert_close(short.pooler_output, want, atol=ATOL, rtol=0)
+    L = ids.shape[1]
+    bias = torch.randn(4, 1, L, L) * (torch.rand(4, 1, L, L) < 0.3) * -1e4  # ASA-like cuts, different per row
+    grads = []
+    for cls_only in (False, True):
+        model.zero_grad(set_to_none=True)
+        model(ids, mask, types, attention_bias=bias, cls_only=cls_only).pooler_output.square().sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    model.zero_grad(set_to_none=True)
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-5, rtol=1e-4)
+
+
 def test_attention_bias_of_minus_infinity_is_a_mask(ours, batch):
     """Masking keys through the bias hook gives exactly what the padding mask gives."""
     model, _ = ours
@@ -86,6 +108,7 @@ def test_one_adamw_step_updates_weights_like_hugging_face(minilm_dir, batch):
     ref = transformers.BertForSequenceClassification.from_pretrained(str(minilm_dir), num_labels=2, **no_dropout)
     encoder, _ = load_pretrained(**no_dropout)
     model = SequenceClassifier(encoder, num_labels=2, dropout=0.0)
+    model.cls_only = False  # Adam's first step is lr * sign(g): it magnifies 1e-9 rounding in near-zero gradients
     model.classifier.load_state_dict(ref.classifier.state_dict())
     labels = torch.tensor([1, 0, 0, 1])
     hf_groups = [

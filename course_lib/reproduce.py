@@ -1,0 +1,116 @@
+"""`python -m course_lib bench reproduce`: every method against vanilla on real GLUE tasks, on a CPU budget.
+
+The grid (`ci/grids/cpu_reproduction.yaml` by default) is run by `course_lib.sweep`, so an interrupted
+reproduction resumes where it stopped and `--shard I/N` splits it across machines. The report,
+`results/cpu_reproduction.md`, gives per task each method's dev metric (mean ± std over seeds), its mean
+difference to vanilla over the same seeds with a paired t-test (`collect.paired_tests`), and a verdict
+that says plainly whether the gain the paper reports shows at this scale. It starts with the command that
+made it.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shlex
+from pathlib import Path
+
+from . import collect
+from .glue import get_task
+from .reported import REPORTED
+from .repro import atomic_write
+from .sweep import load_grid, sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_GRID = ROOT / "ci" / "grids" / "cpu_reproduction.yaml"
+DEFAULT_REPORT = Path("results") / "cpu_reproduction.md"
+SIGNIFICANT = 0.05  # two-sided p below this counts as a difference beyond seed noise
+
+
+def primary_metric(task: str) -> str:
+    """The metric a task's verdict is judged on: the first GLUE metric (STS-B: Pearson, as Kou et al.)."""
+    return f"dev {get_task(task).metrics[0]}"
+
+
+def paper_gain(method: str, task: str, metric: str) -> str:
+    """The paper's own method - vanilla difference in points on this task and metric, or '' if not reported."""
+    name = metric.split(" ", 1)[1]
+    for claim in REPORTED.get((method, task), []):
+        base = [r for r in REPORTED.get(("vanilla", task), []) if r.source == claim.source and r.metric == name]
+        if claim.metric == name and base:
+            return f"{claim.value - base[0].value:+.1f} ({claim.source})"
+    return ""
+
+
+def verdict(diff: float | None, p: float | None, claimed: str) -> str:
+    """One plain sentence on what the paired test says, set against what the paper claims."""
+    if diff is None or p is None:
+        return "not tested (fewer than 2 paired seeds)"
+    if p < SIGNIFICANT:
+        said = "better than vanilla" if diff > 0 else "worse than vanilla"
+        return said + (", as the paper claims" if claimed.startswith("+") and diff > 0 else
+                       "; the paper's gain does not show" if claimed.startswith("+") else "")
+    return ("no difference beyond seed noise" +
+            ("; the paper's gain does not show at this scale" if claimed.startswith("+") else ""))
+
+
+def report(runs_dir: str | Path, command: str, grid: str | Path, baseline: str = "vanilla") -> str:
+    """The markdown report of all complete runs under runs_dir."""
+    rows = collect.collect(runs_dir)
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    seconds = sum(r["train_seconds"] or 0 for r in rows)
+    lines = ["# CPU reproduction: every method against vanilla on GLUE dev sets", "",
+             f"Made by `{command}` on {datetime.date.today().isoformat()} ({platform.machine()}, "
+             f"{os.cpu_count()} CPUs) from the grid `{Path(grid).as_posix()}`: {len(rows)} complete runs, "
+             f"{seconds / 3600:.1f} hours of training in all.", "",
+             "Each cell is a dev-set metric, mean ± sample std over seeds. Δ is the method's mean minus "
+             "vanilla's over the same seeds (equal data order and initialisation), p the two-sided paired "
+             f"t-test; 'beyond seed noise' means p < {SIGNIFICANT}. The paper's Δ is its own method minus "
+             "its own vanilla row (BERT-base, GLUE test server or test split): a claim about direction and "
+             "size, not a number to match with a 6-layer MiniLM on a CPU budget.", ""]
+    for task in tasks:
+        metric = primary_metric(task)
+        mine = [r for r in rows if r["task"] == task]
+        groups = {g["method"]: g for g in collect.summarize(mine)}
+        tests = {t["method"]: t for t in collect.paired_tests(mine, metric, baseline)}
+        lines += [f"## {task} ({metric})", "",
+                  f"| method | seeds | {metric} | Δ vs {baseline} | p | paper's Δ | verdict |",
+                  "|---|---|---|---|---|---|---|"]
+        for method, group in groups.items():
+            stats = group["metrics"].get(metric)
+            test = tests.get(method, {})
+            diff, p = test.get("mean_difference"), test.get("p_value")
+            claimed = paper_gain(method, task, metric)
+            cells = [method, str(group["n"]), collect._mean_std(stats),
+                     "" if diff is None else f"{diff:+.4f}", "" if p is None else f"{p:.3f}", claimed,
+                     "baseline" if method == baseline else verdict(diff, p, claimed)]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def reproduce(grid: str | Path = DEFAULT_GRID, output_dir: str | Path | None = None,
+              out: str | Path = DEFAULT_REPORT, shard: tuple[int, int] = (0, 1), command: str | None = None) -> int:
+    """Run (or resume) the grid, then write the report from every complete run; return the sweep's exit code."""
+    output_dir = Path(output_dir) if output_dir is not None else Path("runs/sweep") / Path(grid).stem
+    load_grid(grid, output_dir)  # a bad grid fails here, before anything runs
+    code = sweep(grid, output_dir, shard)
+    text = report(output_dir, command or "python -m course_lib bench reproduce", grid)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(out, lambda f: f.write(text.encode()))
+    print(text)
+    print(f"wrote {out}")
+    return code
+
+
+def main(args) -> int:
+    """`bench reproduce` from the parsed bench options."""
+    from .sweep import parse_shard
+
+    command = "python -m course_lib bench reproduce" + "".join(
+        f" {flag} {shlex.quote(str(value))}" for flag, value in
+        (("--grid", args.grid), ("--output-dir", args.output_dir), ("--report", args.report),
+         ("--shard", args.shard)) if value is not None)
+    return reproduce(args.grid or DEFAULT_GRID, args.output_dir, args.report or DEFAULT_REPORT,
+                     parse_shard(args.shard or "0/1"), command)

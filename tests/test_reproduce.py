@@ -1,0 +1,65 @@
+"""bench reproduce: the grid runs through the sweep, and the report's tests and verdicts are the data's."""
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from scipy import stats
+
+from course_lib import cli, reproduce
+
+ENV = {"CI": "true", "HF_HUB_OFFLINE": "1"}
+
+
+def fake_run(root: Path, task: str, method: str, seed: int, value: float, metric: str = "accuracy") -> None:
+    folder = root / f"{task}-{method}-{seed}"
+    folder.mkdir(parents=True)
+    config = {"task": task, "method": method, "seed": seed, "epochs": 2}
+    (folder / "metrics.json").write_text(json.dumps(
+        {"status": "complete", "task": task, "config": config, "dev": {metric: value}, "timing": {"train_seconds": 60}}))
+
+
+def test_report_pairs_seeds_and_says_where_the_papers_gain_does_not_show(tmp_path):
+    base, hybrid, asa = [0.80, 0.82, 0.81], [0.70, 0.71, 0.69], [0.805, 0.825, 0.812]
+    for seed in range(3):
+        fake_run(tmp_path, "sst2", "vanilla", seed, base[seed])
+        fake_run(tmp_path, "sst2", "ssa-hybrid", seed, hybrid[seed])
+        fake_run(tmp_path, "sst2", "asa", seed, asa[seed])
+        fake_run(tmp_path, "cola", "vanilla", seed, 0.1 * seed, "matthews_correlation")
+    text = reproduce.report(tmp_path, "python -m course_lib bench reproduce", "grid.yaml")
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in text.splitlines() if line.startswith("| ")}
+    p_hybrid = stats.ttest_rel(hybrid, base).pvalue
+    assert rows["ssa-hybrid"][3] == f"{sum(hybrid) / 3 - sum(base) / 3:+.4f}" and rows["ssa-hybrid"][4] == f"{p_hybrid:.3f}"
+    assert rows["ssa-hybrid"][5] == "+0.9 (Kou et al. 2020, Tab. 2)"  # 94.4 - 93.5 on SST-2
+    assert rows["ssa-hybrid"][6].startswith("worse than vanilla; the paper's gain does not show")
+    assert rows["asa"][5] == "+0.9 (Wu et al. 2023, Tab. 1)"  # 94.1 - 93.2
+    p_asa = stats.ttest_rel(asa, base).pvalue
+    assert (p_asa < 0.05) == rows["asa"][6].startswith("better than vanilla, as the paper claims")
+    assert "## cola (dev matthews_correlation)" in text and "12 complete runs" in text
+
+
+def test_bench_reproduce_runs_the_grid_resumes_and_writes_the_report(tmp_path, tiny_model_dir, keyword_glue,
+                                                                     monkeypatch, capsys):
+    for key, value in ENV.items():
+        monkeypatch.setenv(key, value)
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"command": "finetune", "base": {
+        "model": str(tiny_model_dir), "glue_dir": str(keyword_glue), "epochs": 1, "batch_size": 16, "max_len": 32,
+        "max_train_samples": 32, "max_eval_samples": 32}, "grid": {"method": ["vanilla", "bert-mask"], "seed": [0, 1]}}))
+    report, runs = tmp_path / "results" / "repro.md", tmp_path / "runs"
+    argv = ["bench", "reproduce", "--grid", str(grid), "--output-dir", str(runs), "--report", str(report)]
+    assert cli.main(argv) == 0
+    text = report.read_text()
+    assert text.startswith("# CPU reproduction") and f"--report {report}" in text and "4 complete runs" in text
+    assert "| bert-mask | 2 |" in text and "| vanilla | 2 |" in text
+    stamps = {p: p.stat().st_mtime_ns for p in runs.rglob("metrics.json")}
+    assert len(stamps) == 4
+    assert cli.main(argv) == 0  # a rerun redoes nothing and writes the same report
+    assert {p: p.stat().st_mtime_ns for p in runs.rglob("metrics.json")} == stamps
+    assert report.read_text() == text
+
+
+def test_bench_reproduce_rejects_a_bad_shard_before_running(tmp_path, capsys):
+    assert cli.main(["bench", "reproduce", "--shard", "3/2", "--output-dir", str(tmp_path)]) == 2
+    assert "shard" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
