@@ -262,7 +262,7 @@ def _pretrain_step(model, optimizer, batch: tuple, guidance, ag_alpha: float, ac
 
 
 def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: int = 10, warmup: int = 1,
-            epoch_examples: int = 512, ssa_epoch: int = 4, epoch_repeats: int = 3, glue_dir: str | None = None,
+            epoch_examples: int = 512, ssa_epochs=(1, 4), epoch_repeats: int = 3, glue_dir: str | None = None,
             pretrain_config=None) -> dict:
     """Training-step time of every method relative to its baseline, built and stepped as the training loops do.
 
@@ -275,7 +275,8 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
 
     SSA's label generation goes through `train.epoch_features` (probes by `train.predict`, labels by
     `ssa.ssa_epoch_features`, the cache written and read back) for an epoch of `epoch_examples` sentences at
-    0-based epoch `ssa_epoch` (4: the largest share of labelled copies, 0.8), against the training of that
+    each 0-based epoch of `ssa_epochs` (1: the first probed epoch, a share of 0.2 labelled copies; 4: the
+    largest share, 0.8), against the training of that
     epoch's set by the same loop. The gold labels are the model's own predictions: a model that fits its
     training set, as a fine-tuned one nearly does, so every example is probed.
     """
@@ -353,8 +354,8 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
     cfg, model, optimizer, tokenizer = contestants["ssa-hybrid"]
     steps.clear()  # the other models' memory back before the epoch-long measurement
     contestants.clear()
-    ssa = _ssa_label_share(cfg, model, optimizer, tokenizer, lines[:epoch_examples], ssa_epoch, epoch_repeats,
-                           accelerator)
+    ssa = [_ssa_label_share(cfg, model, optimizer, tokenizer, lines[:epoch_examples], epoch, epoch_repeats,
+                            accelerator) for epoch in ssa_epochs]
     return {"batch_size": batch_size, "seq_len": seq_len, "threads": torch.get_num_threads(),
             "model": str(resolve_model_dir(model_name)), "text": source, "repeats": repeats,
             "pretrain_model": {"layers": pcfg.num_layers, "hidden": pcfg.hidden_size, "heads": pcfg.num_heads,
@@ -400,7 +401,7 @@ def _ssa_label_share(cfg, model, optimizer, tokenizer, lines: list[str], epoch: 
 
 
 def format_methods(results: dict) -> str:
-    p, s = results["pretrain_model"], results["ssa_labels"]
+    p = results["pretrain_model"]
     lines = [f"batch {results['batch_size']} x {results['seq_len']} tokens, {results['threads']} threads, "
              f"load average {results['load_average']['before']} -> {results['load_average']['after']}; "
              f"text: {results['text']}; AG on a {p['layers']}-layer d={p['hidden']} {p['heads']}-head BERT "
@@ -412,11 +413,12 @@ def format_methods(results: dict) -> str:
         met = "" if r["meets_target"] is None else ("yes" if r["meets_target"] else "NO")
         lines.append(f"| {r['method']} | {r['baseline']} | {r['step_ms']} | {r['ratio']}x "
                      f"({r['ratio_iqr'][0]}-{r['ratio_iqr'][1]}) | {target} | {met} | {r['saved_activations_mb']} |")
-    lines.append(f"| ssa-hybrid labels, epoch {s['epoch']} ({s['examples']} examples, "
-                 f"{s['forward_passes']} forward passes) | "
-                 f"its epoch's training ({s['epoch_train_s']} s) | {1000 * s['label_s']:.0f} | {s['share']:.0%} "
-                 f"({s['share_iqr'][0]:.0%}-{s['share_iqr'][1]:.0%}) | <= {s['target']:.0%} | "
-                 f"{'yes' if s['meets_target'] else 'NO'} | - |")
+    for s in results["ssa_labels"]:
+        lines.append(f"| ssa-hybrid labels, epoch {s['epoch']}, share {s['aug_ratio']} ({s['examples']} examples, "
+                     f"{s['forward_passes']} forward passes) | "
+                     f"its epoch's training ({s['epoch_train_s']} s) | {1000 * s['label_s']:.0f} | {s['share']:.0%} "
+                     f"({s['share_iqr'][0]:.0%}-{s['share_iqr'][1]:.0%}) | <= {s['target']:.0%} | "
+                     f"{'yes' if s['meets_target'] else 'NO'} | - |")
     return "\n".join(lines)
 
 
