@@ -30,7 +30,8 @@ from . import glue
 from .config import FinetuneConfig, MultitaskConfig
 from .errors import UsageError
 from .heads import ClassifierOutput, SequenceClassifier
-from .repro import atomic_write, progress, remove_stale_temporaries, save_torch, seed_everything, write_json
+from .repro import (atomic_write, progress, remove_stale_temporaries, restore_training_state, save_torch,
+                    seed_everything, training_state, write_json)
 from .train import (CHECKPOINT, METRICS, WEIGHTS, _batch_loss, _finished, build_classifier, check_same_run,
                     epoch_features, evaluate, guarded_step, linear_warmup_decay, param_groups)
 from .weights import load_pretrained
@@ -187,21 +188,14 @@ def train_multitask(cfg: MultitaskConfig) -> dict:
     if ckpt_path.exists():
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
         check_same_run(ckpt["config"], cfg, out)
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
+        restore_training_state(ckpt, model, optimizer, scheduler)
         state = ckpt["state"]
-        torch.set_rng_state(ckpt["rng"])
-        if torch.cuda.is_available() and ckpt.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state_all(ckpt["cuda_rng"])
         accelerator.print(f"resuming {out} at epoch {state['epoch'] + 1}, step {state['step_in_epoch']}")
     model, optimizer = accelerator.prepare(model, optimizer)
     base = accelerator.unwrap_model(model)
 
     def save_checkpoint() -> None:
-        save_torch(ckpt_path, {"config": cfg.to_dict(), "model": base.state_dict(), "optimizer": optimizer.state_dict(),
-                               "scheduler": scheduler.state_dict(), "state": state, "rng": torch.get_rng_state(),
-                               "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None})
+        save_torch(ckpt_path, {"config": cfg.to_dict(), "state": state, **training_state(base, optimizer, scheduler)})
 
     def write_metrics(status: str) -> dict:
         result = {"config": cfg.to_dict(), "tasks": [t.name for t in tasks], "status": status,

@@ -39,7 +39,8 @@ from .ag import AttentionGuidance, ag_scale_at
 from .bert import BertModel
 from .config import BertConfig, PretrainConfig
 from .errors import UsageError
-from .repro import atomic_write, progress, remove_stale_temporaries, save_torch, seed_everything, write_json
+from .repro import (atomic_write, progress, remove_stale_temporaries, restore_training_state, save_torch,
+                    seed_everything, training_state, write_json)
 from .train import check_same_run, guarded_step, linear_warmup_decay, param_groups
 from .weights import default_model_dir, ours_to_hf
 
@@ -312,23 +313,16 @@ def pretrain(cfg: PretrainConfig) -> dict:
             raise UsageError(f"{out} was trained on another corpus ({ckpt['corpus']['source']}, "
                              f"{ckpt['corpus']['lines']} lines; now {corpus['source']}, {corpus['lines']} lines): "
                              f"use another --output-dir or the same corpus")
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
+        restore_training_state(ckpt, model, optimizer, scheduler)
         state = ckpt["state"]
-        torch.set_rng_state(ckpt["rng"])
-        if torch.cuda.is_available() and ckpt.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state_all(ckpt["cuda_rng"])
         accelerator.print(f"resuming {out} at step {state['step']}")
     model, optimizer = accelerator.prepare(model, optimizer)
     base = accelerator.unwrap_model(model)
     device = accelerator.device
 
     def save_checkpoint() -> None:
-        save_torch(ckpt_path, {"config": cfg.to_dict(), "corpus": corpus, "model": base.state_dict(),
-                               "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                               "state": state, "rng": torch.get_rng_state(),
-                               "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None})
+        save_torch(ckpt_path, {"config": cfg.to_dict(), "corpus": corpus, "state": state,
+                               **training_state(base, optimizer, scheduler)})
 
     def write_metrics(status: str) -> dict:
         final = {"train_mlm_loss": state["train_curve"][-1]["mlm_loss"] if state["train_curve"] else None,

@@ -57,6 +57,23 @@ def save_torch(path: str | os.PathLike, obj) -> None:
     atomic_write(path, lambda f: torch.save(obj, f))
 
 
+def training_state(model, optimizer, scheduler) -> dict:
+    """What a checkpoint needs beyond the run's own counters: weights, optimiser, schedule and RNG streams."""
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def restore_training_state(checkpoint: dict, model, optimizer, scheduler) -> None:
+    """The inverse of `training_state`: the resumed run continues as if it had never stopped."""
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    scheduler.load_state_dict(checkpoint["scheduler"])
+    torch.set_rng_state(checkpoint["rng"])
+    if torch.cuda.is_available() and checkpoint.get("cuda_rng") is not None:
+        torch.cuda.set_rng_state_all(checkpoint["cuda_rng"])
+
+
 def progress_disabled() -> bool:
     """Bars only for a person watching: a terminal or a Jupyter kernel; off under CI or TQDM_DISABLE=1
     (the batch runner sets it for papermill, and nbval runs under CI)."""

@@ -27,7 +27,8 @@ from .asa import ASAClassifier
 from .heads import SequenceClassifier
 from .ssa import SSAClassifier
 from .metrics import compute_metrics
-from .repro import atomic_write, progress, remove_stale_temporaries, save_torch, seed_everything, write_json
+from .repro import (atomic_write, progress, remove_stale_temporaries, restore_training_state, save_torch,
+                    seed_everything, training_state, write_json)
 from .weights import load_pretrained
 
 CHECKPOINT, METRICS, WEIGHTS = "checkpoint.pt", "metrics.json", "model.safetensors"
@@ -243,11 +244,8 @@ def finetune(cfg: FinetuneConfig) -> dict:
     if ckpt_path.exists():
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
         check_same_run(ckpt["config"], cfg, out)
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
+        restore_training_state(ckpt, model, optimizer, scheduler)
         state = ckpt["state"]
-        torch.set_rng_state(ckpt["rng"])
         accelerator.print(f"resuming {out} at epoch {state['epoch'] + 1}, step {state['step_in_epoch']}")
 
     model, optimizer = accelerator.prepare(model, optimizer)
@@ -255,9 +253,8 @@ def finetune(cfg: FinetuneConfig) -> dict:
 
     def save_checkpoint() -> None:
         if accelerator.is_main_process:
-            save_torch(ckpt_path, {"config": cfg.to_dict(), "model": base.state_dict(),
-                                   "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                                   "state": state, "rng": torch.get_rng_state()})
+            save_torch(ckpt_path, {"config": cfg.to_dict(), "state": state,
+                                   **training_state(base, optimizer, scheduler)})
         accelerator.wait_for_everyone()
 
     def write_metrics(status: str) -> dict:
