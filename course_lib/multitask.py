@@ -30,10 +30,10 @@ from . import glue
 from .config import FinetuneConfig, MultitaskConfig
 from .errors import UsageError
 from .heads import ClassifierOutput, SequenceClassifier
-from .repro import (atomic_write, progress, remove_stale_temporaries, restore_training_state, save_torch,
-                    seed_everything, training_state, write_json)
-from .train import (CHECKPOINT, METRICS, WEIGHTS, _batch_loss, _finished, build_classifier, check_same_run,
-                    epoch_features, evaluate, guarded_step, linear_warmup_decay, param_groups)
+from .repro import (atomic_write, progress, remove_stale_temporaries, save_torch, seed_everything,
+                    training_state, write_json)
+from .train import (CHECKPOINT, METRICS, WEIGHTS, _batch_loss, _finished, build_classifier, epoch_features,
+                    evaluate, guarded_step, linear_warmup_decay, param_groups, resume)
 from .weights import load_pretrained
 
 _SCHEDULE_STREAM = 1  # keeps the schedule's random numbers apart from epoch_batches' (seed, epoch) stream
@@ -185,10 +185,7 @@ def train_multitask(cfg: MultitaskConfig) -> dict:
     for folder in (out, *(out / t.name for t in tasks)):  # task folders hold the SSA label caches
         if folder.is_dir():
             remove_stale_temporaries(folder)
-    if ckpt_path.exists():
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        check_same_run(ckpt["config"], cfg, out)
-        restore_training_state(ckpt, model, optimizer, scheduler)
+    if (ckpt := resume(ckpt_path, cfg, out, model, optimizer, scheduler)) is not None:
         state = ckpt["state"]
         accelerator.print(f"resuming {out} at epoch {state['epoch'] + 1}, step {state['step_in_epoch']}")
     model, optimizer = accelerator.prepare(model, optimizer)

@@ -39,9 +39,9 @@ from .ag import AttentionGuidance, ag_scale_at
 from .bert import BertModel
 from .config import BertConfig, PretrainConfig
 from .errors import UsageError
-from .repro import (atomic_write, progress, remove_stale_temporaries, restore_training_state, save_torch,
-                    seed_everything, training_state, write_json)
-from .train import check_same_run, guarded_step, linear_warmup_decay, param_groups
+from .repro import (atomic_write, progress, remove_stale_temporaries, save_torch, seed_everything,
+                    training_state, write_json)
+from .train import check_same_run, guarded_step, linear_warmup_decay, param_groups, resume
 from .weights import default_model_dir, ours_to_hf
 
 CHECKPOINT, METRICS, WEIGHTS = "checkpoint.pt", "metrics.json", "model.safetensors"
@@ -306,14 +306,11 @@ def pretrain(cfg: PretrainConfig) -> dict:
     ckpt_path = out / CHECKPOINT
     if out.is_dir():
         remove_stale_temporaries(out)
-    if ckpt_path.exists():
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        check_same_run(ckpt["config"], cfg, out)
+    if (ckpt := resume(ckpt_path, cfg, out, model, optimizer, scheduler)) is not None:
         if ckpt["corpus"] != corpus:
             raise UsageError(f"{out} was trained on another corpus ({ckpt['corpus']['source']}, "
                              f"{ckpt['corpus']['lines']} lines; now {corpus['source']}, {corpus['lines']} lines): "
                              f"use another --output-dir or the same corpus")
-        restore_training_state(ckpt, model, optimizer, scheduler)
         state = ckpt["state"]
         accelerator.print(f"resuming {out} at step {state['step']}")
     model, optimizer = accelerator.prepare(model, optimizer)

@@ -202,6 +202,17 @@ def check_same_run(saved: dict, cfg, path: Path) -> None:
                          f"has {k}={mine[k]!r}); use another --output-dir or delete it")
 
 
+def resume(ckpt_path: Path, cfg, out: Path, model, optimizer, scheduler) -> dict | None:
+    """Load the run's last checkpoint, if there is one, into the model, optimiser, schedule and RNGs; return it
+    (None: a fresh start). A checkpoint of another configuration is refused (`check_same_run`)."""
+    if not ckpt_path.exists():
+        return None
+    ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+    check_same_run(ckpt["config"], cfg, out)
+    restore_training_state(ckpt, model, optimizer, scheduler)
+    return ckpt
+
+
 def _finished(out: Path, cfg: FinetuneConfig) -> dict | None:
     """The metrics of a run that already completed in `out` with this config, else None."""
     path = out / METRICS
@@ -241,10 +252,7 @@ def finetune(cfg: FinetuneConfig) -> dict:
     ckpt_path = out / CHECKPOINT
     if accelerator.is_main_process and out.is_dir():
         remove_stale_temporaries(out)
-    if ckpt_path.exists():
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        check_same_run(ckpt["config"], cfg, out)
-        restore_training_state(ckpt, model, optimizer, scheduler)
+    if (ckpt := resume(ckpt_path, cfg, out, model, optimizer, scheduler)) is not None:
         state = ckpt["state"]
         accelerator.print(f"resuming {out} at epoch {state['epoch'] + 1}, step {state['step_in_epoch']}")
 
