@@ -10,9 +10,11 @@ made it.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import platform
 import shlex
+import statistics
 from pathlib import Path
 
 from . import collect
@@ -25,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_GRID = ROOT / "ci" / "grids" / "cpu_reproduction.yaml"
 DEFAULT_REPORT = Path("results") / "cpu_reproduction.md"
 SIGNIFICANT = 0.05  # two-sided p below this counts as a difference beyond seed noise
+CHANCE_MARGIN = 0.01  # a baseline within this of chance level has learnt nothing worth comparing
 
 
 def primary_metric(task: str) -> str:
@@ -40,6 +43,28 @@ def paper_gain(method: str, task: str, metric: str) -> str:
         if claim.metric == name and base:
             return f"{claim.value - base[0].value:+.1f} ({claim.source})"
     return ""
+
+
+def chance_level(rows: list[dict], metric: str) -> float | None:
+    """What a model that learnt nothing scores on these runs' dev sets: the majority class's share for accuracy
+    (mean over the runs' seeds, each seed's own dev sample), 0 for correlations and F1-free metrics like MCC.
+    None when the dev data cannot be read here (then no run is called chance-level)."""
+    name = metric.split(" ", 1)[1]
+    if name != "accuracy":
+        return 0.0
+    from collections import Counter
+
+    from . import glue
+
+    shares = []
+    for config in {json.dumps(r["config"], sort_keys=True): r["config"] for r in rows}.values():
+        try:
+            dev = glue.subsample(glue.load_split(config["task"], "dev", config.get("glue_dir")),
+                                 config.get("max_eval_samples"), config.get("seed", 0))
+        except Exception:  # no local data and no network: say nothing rather than guess
+            return None
+        shares.append(max(Counter(ex.label for ex in dev).values()) / len(dev))
+    return statistics.fmean(shares) if shares else None
 
 
 def verdict(diff: float | None, p: float | None, claimed: str) -> str:
@@ -73,8 +98,13 @@ def report(runs_dir: str | Path, command: str, grid: str | Path, baseline: str =
         mine = [r for r in rows if r["task"] == task]
         groups = {g["method"]: g for g in collect.summarize(mine)}
         tests = {t["method"]: t for t in collect.paired_tests(mine, metric, baseline)}
-        lines += [f"## {task} ({metric})", "",
-                  f"| method | seeds | {metric} | Δ vs {baseline} | p | paper's Δ | verdict |",
+        lines += [f"## {task} ({metric})", ""]
+        chance = chance_level([r for r in mine if r["config"].get("method") == baseline], metric)
+        base_stats = groups.get(baseline, {}).get("metrics", {}).get(metric)
+        if chance is not None and base_stats is not None and base_stats["mean"] <= chance + CHANCE_MARGIN:
+            lines += [f"**{baseline} scores {base_stats['mean']:.4f}, chance level here is {chance:.4f}: this budget "
+                      f"does not learn {task}, so no comparison of methods on it is informative.**", ""]
+        lines += [f"| method | seeds | {metric} | Δ vs {baseline} | p | paper's Δ | verdict |",
                   "|---|---|---|---|---|---|---|"]
         for method, group in groups.items():
             stats = group["metrics"].get(metric)

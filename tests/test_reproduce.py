@@ -11,23 +11,26 @@ from course_lib import cli, reproduce
 ENV = {"CI": "true", "HF_HUB_OFFLINE": "1"}
 
 
-def fake_run(root: Path, task: str, method: str, seed: int, value: float, metric: str = "accuracy") -> None:
+def fake_run(root: Path, task: str, method: str, seed: int, value: float, metric: str = "accuracy",
+             **config) -> None:
     folder = root / f"{task}-{method}-{seed}"
     folder.mkdir(parents=True)
-    config = {"task": task, "method": method, "seed": seed, "epochs": 2}
+    config = {"task": task, "method": method, "seed": seed, "epochs": 2, **config}
     (folder / "metrics.json").write_text(json.dumps(
         {"status": "complete", "task": task, "config": config, "dev": {metric: value}, "timing": {"train_seconds": 60}}))
 
 
-def test_report_pairs_seeds_and_says_where_the_papers_gain_does_not_show(tmp_path):
+def test_report_pairs_seeds_and_says_where_the_papers_gain_does_not_show(tmp_path, keyword_glue):
     base, hybrid, asa = [0.80, 0.82, 0.81], [0.70, 0.71, 0.69], [0.805, 0.825, 0.812]
     for seed in range(3):
-        fake_run(tmp_path, "sst2", "vanilla", seed, base[seed])
-        fake_run(tmp_path, "sst2", "ssa-hybrid", seed, hybrid[seed])
-        fake_run(tmp_path, "sst2", "asa", seed, asa[seed])
-        fake_run(tmp_path, "cola", "vanilla", seed, 0.1 * seed, "matthews_correlation")
+        fake_run(tmp_path, "sst2", "vanilla", seed, base[seed], glue_dir=str(keyword_glue))
+        fake_run(tmp_path, "sst2", "ssa-hybrid", seed, hybrid[seed], glue_dir=str(keyword_glue))
+        fake_run(tmp_path, "sst2", "asa", seed, asa[seed], glue_dir=str(keyword_glue))
+        fake_run(tmp_path, "cola", "vanilla", seed, 0.0, "matthews_correlation")
+        fake_run(tmp_path, "cola", "asa", seed, 0.0, "matthews_correlation")
     text = reproduce.report(tmp_path, "python -m course_lib bench reproduce", "grid.yaml")
-    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in text.splitlines() if line.startswith("| ")}
+    sst2 = text.split("## sst2")[1]
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in sst2.splitlines() if line.startswith("| ")}
     p_hybrid = stats.ttest_rel(hybrid, base).pvalue
     assert rows["ssa-hybrid"][3] == f"{sum(hybrid) / 3 - sum(base) / 3:+.4f}" and rows["ssa-hybrid"][4] == f"{p_hybrid:.3f}"
     assert rows["ssa-hybrid"][5] == "+0.9 (Kou et al. 2020, Tab. 2)"  # 94.4 - 93.5 on SST-2
@@ -35,7 +38,9 @@ def test_report_pairs_seeds_and_says_where_the_papers_gain_does_not_show(tmp_pat
     assert rows["asa"][5] == "+0.9 (Wu et al. 2023, Tab. 1)"  # 94.1 - 93.2
     p_asa = stats.ttest_rel(asa, base).pvalue
     assert (p_asa < 0.05) == rows["asa"][6].startswith("better than vanilla, as the paper claims")
-    assert "## cola (dev matthews_correlation)" in text and "12 complete runs" in text
+    assert "## cola (dev matthews_correlation)" in text and "15 complete runs" in text
+    assert "chance level here is 0.0000: this budget does not learn cola" in text  # MCC 0: a constant guess
+    assert "does not learn sst2" not in text  # vanilla 0.81 is far above the majority share of the dev set
 
 
 def test_bench_reproduce_runs_the_grid_resumes_and_writes_the_report(tmp_path, tiny_model_dir, keyword_glue,
