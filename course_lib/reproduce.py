@@ -30,6 +30,12 @@ SIGNIFICANT = 0.05  # two-sided p below this counts as a difference beyond seed 
 CHANCE_MARGIN = 0.01  # a baseline within this of chance level has learnt nothing worth comparing
 
 
+def _shown(path: str | Path) -> str:
+    """A path as the reader should type it: relative to the repository when it lies inside."""
+    path = Path(path).resolve()
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.as_posix()
+
+
 def primary_metric(task: str) -> str:
     """The metric a task's verdict is judged on: the first GLUE metric (STS-B: Pearson, as Kou et al.)."""
     return f"dev {get_task(task).metrics[0]}"
@@ -67,10 +73,12 @@ def chance_level(rows: list[dict], metric: str) -> float | None:
     return statistics.fmean(shares) if shares else None
 
 
-def verdict(diff: float | None, p: float | None, claimed: str) -> str:
+def verdict(diff: float | None, p: float | None, claimed: str, pairs: int = 0) -> str:
     """One plain sentence on what the paired test says, set against what the paper claims."""
-    if diff is None or p is None:
+    if diff is None or (p is None and pairs < 2):
         return "not tested (fewer than 2 paired seeds)"
+    if p is None:  # every seed's pair differs by the same amount: no spread to test against
+        return "equal to vanilla on every seed" if diff == 0 else f"{diff:+.4f} on every seed (no spread to test)"
     if p < SIGNIFICANT:
         said = "better than vanilla" if diff > 0 else "worse than vanilla"
         return said + (", as the paper claims" if claimed.startswith("+") and diff > 0 else
@@ -86,13 +94,14 @@ def report(runs_dir: str | Path, command: str, grid: str | Path, baseline: str =
     seconds = sum(r["train_seconds"] or 0 for r in rows)
     lines = ["# CPU reproduction: every method against vanilla on GLUE dev sets", "",
              f"Made by `{command}` on {datetime.date.today().isoformat()} ({platform.machine()}, "
-             f"{os.cpu_count()} CPUs) from the grid `{Path(grid).as_posix()}`: {len(rows)} complete runs, "
+             f"{os.cpu_count()} CPUs) from the grid `{_shown(grid)}`: {len(rows)} complete runs, "
              f"{seconds / 3600:.1f} hours of training in all.", "",
              "Each cell is a dev-set metric, mean ± sample std over seeds. Δ is the method's mean minus "
              "vanilla's over the same seeds (equal data order and initialisation), p the two-sided paired "
              f"t-test; 'beyond seed noise' means p < {SIGNIFICANT}. The paper's Δ is its own method minus "
              "its own vanilla row (BERT-base, GLUE test server or test split): a claim about direction and "
              "size, not a number to match with a 6-layer MiniLM on a CPU budget.", ""]
+    p_values: list[float] = []  # the tests on tasks the baseline learnt, for the multiple-comparison note
     for task in tasks:
         metric = primary_metric(task)
         mine = [r for r in rows if r["task"] == task]
@@ -101,7 +110,8 @@ def report(runs_dir: str | Path, command: str, grid: str | Path, baseline: str =
         lines += [f"## {task} ({metric})", ""]
         chance = chance_level([r for r in mine if r["config"].get("method") == baseline], metric)
         base_stats = groups.get(baseline, {}).get("metrics", {}).get(metric)
-        if chance is not None and base_stats is not None and base_stats["mean"] <= chance + CHANCE_MARGIN:
+        at_chance = chance is not None and base_stats is not None and base_stats["mean"] <= chance + CHANCE_MARGIN
+        if at_chance:
             lines += [f"**{baseline} scores {base_stats['mean']:.4f}, chance level here is {chance:.4f}: this budget "
                       f"does not learn {task}, so no comparison of methods on it is informative.**", ""]
         lines += [f"| method | seeds | {metric} | Δ vs {baseline} | p | paper's Δ | verdict |",
@@ -110,12 +120,23 @@ def report(runs_dir: str | Path, command: str, grid: str | Path, baseline: str =
             stats = group["metrics"].get(metric)
             test = tests.get(method, {})
             diff, p = test.get("mean_difference"), test.get("p_value")
-            claimed = paper_gain(method, task, metric)
+            claimed = "" if method == baseline else paper_gain(method, task, metric)
             cells = [method, str(group["n"]), collect._mean_std(stats),
                      "" if diff is None else f"{diff:+.4f}", "" if p is None else f"{p:.3f}", claimed,
-                     "baseline" if method == baseline else verdict(diff, p, claimed)]
+                     "baseline" if method == baseline else verdict(diff, p, claimed, test.get("pairs", 0))]
+            if p is not None and not at_chance:
+                p_values.append(p)
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
+    if p_values:
+        m, holm = len(p_values), sum(1 for i, p in enumerate(sorted(p_values))
+                                     if all(q < SIGNIFICANT / (len(p_values) - j)
+                                            for j, q in enumerate(sorted(p_values)[:i + 1])))
+        lines += ["## Many tests at once", "",
+                  f"On the tasks the baseline learnt there are {m} paired tests; at p < {SIGNIFICANT} about "
+                  f"{m * SIGNIFICANT:.1f} of them would come out 'significant' by chance alone. "
+                  f"{sum(p < SIGNIFICANT for p in p_values)} did; after Holm's correction for {m} tests, "
+                  f"{holm} remain.", ""]
     return "\n".join(lines)
 
 

@@ -41,6 +41,9 @@ def test_report_pairs_seeds_and_says_where_the_papers_gain_does_not_show(tmp_pat
     assert "## cola (dev matthews_correlation)" in text and "15 complete runs" in text
     assert "chance level here is 0.0000: this budget does not learn cola" in text  # MCC 0: a constant guess
     assert "does not learn sst2" not in text  # vanilla 0.81 is far above the majority share of the dev set
+    assert "| asa | 3 | 0.0000 ± 0.0000 | +0.0000 |  |  | equal to vanilla on every seed |" in text
+    holm = sum(p < 0.05 / (2 - i) for i, p in enumerate(sorted([p_hybrid, p_asa])))  # both pass, or the first
+    assert "there are 2 paired tests" in text and f"after Holm's correction for 2 tests, {holm} remain" in text
 
 
 def test_bench_reproduce_runs_the_grid_resumes_and_writes_the_report(tmp_path, tiny_model_dir, keyword_glue,
