@@ -283,9 +283,9 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
     from accelerate import Accelerator
 
     from . import glue
-    from .ag import AttentionGuidance, ag_scale_at
-    from .config import BertConfig, FinetuneConfig, PretrainConfig
-    from .pretrain import BertForMaskedLM, mask_tokens, pack_blocks, pad_blocks, step_generator
+    from .ag import ag_scale_at
+    from .config import FinetuneConfig, PretrainConfig
+    from .pretrain import build_mlm_model, mask_tokens, pack_blocks, pad_blocks, step_generator
     from .repro import seed_everything
     from .ssa import default_token_labels
     from .train import build_classifier, encoder_overrides, param_groups
@@ -316,14 +316,7 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
 
     pcfg = pretrain_config or PretrainConfig(max_len=seq_len, batch_size=batch_size)
     seed_everything(pcfg.seed)
-    bert_cfg = BertConfig(vocab_size=len(tokenizer), hidden_size=pcfg.hidden_size, num_hidden_layers=pcfg.num_layers,
-                          num_attention_heads=pcfg.num_heads, intermediate_size=pcfg.intermediate_size,
-                          hidden_dropout_prob=pcfg.hidden_dropout, attention_probs_dropout_prob=pcfg.attention_dropout,
-                          max_position_embeddings=pcfg.max_len, pad_token_id=tokenizer.pad_token_id)
-    mlm_model = BertForMaskedLM(bert_cfg)
-    guidance = AttentionGuidance(pcfg.num_heads, pcfg.ag_head_types, pcfg.ag_reduction, pcfg.ag_boundary,
-                                 delimiter_ids=(tokenizer.cls_token_id, tokenizer.sep_token_id),
-                                 period_ids=tokenizer.convert_tokens_to_ids(["."]))
+    mlm_model, guidance = build_mlm_model(pcfg, tokenizer)
     mlm_optimizer = torch.optim.AdamW(param_groups(mlm_model, pcfg.weight_decay), lr=0.0, fused=True)
     mlm_model, mlm_optimizer = accelerator.prepare(mlm_model, mlm_optimizer)
     mlm_model.train()

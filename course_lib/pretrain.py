@@ -260,6 +260,20 @@ def evaluate(model: BertForMaskedLM, blocks: list[list[int]], batch_size: int, p
     return {"mlm_loss": loss_sum / max(1, count), "ag_loss": ag_sum / batches}
 
 
+
+def build_mlm_model(cfg: PretrainConfig, tokenizer) -> tuple["BertForMaskedLM", AttentionGuidance]:
+    """A fresh BERT with an MLM head shaped by the config, and the attention guidance its AG run would use."""
+    bert_cfg = BertConfig(vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
+                          num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
+                          hidden_dropout_prob=cfg.hidden_dropout, attention_probs_dropout_prob=cfg.attention_dropout,
+                          max_position_embeddings=cfg.max_len, pad_token_id=tokenizer.pad_token_id)
+    model = BertForMaskedLM(bert_cfg)  # first: its initialisation draws from the seeded generator
+    guidance = AttentionGuidance(cfg.num_heads, cfg.ag_head_types, cfg.ag_reduction, cfg.ag_boundary,
+                                 delimiter_ids=(tokenizer.cls_token_id, tokenizer.sep_token_id),
+                                 period_ids=tokenizer.convert_tokens_to_ids(["."]))
+    return model, guidance
+
+
 def pretrain(cfg: PretrainConfig) -> dict:
     """Pre-train, score the held-out blocks every eval_every steps, checkpoint, resume; return metrics.json."""
     from transformers import BertTokenizerFast
@@ -287,14 +301,7 @@ def pretrain(cfg: PretrainConfig) -> dict:
                   train_tokens=sum(map(len, train_set)))
 
     seed_everything(cfg.seed)
-    bert_cfg = BertConfig(vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
-                          num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
-                          hidden_dropout_prob=cfg.hidden_dropout, attention_probs_dropout_prob=cfg.attention_dropout,
-                          max_position_embeddings=cfg.max_len, pad_token_id=tokenizer.pad_token_id)
-    model = BertForMaskedLM(bert_cfg)
-    guidance = AttentionGuidance(cfg.num_heads, cfg.ag_head_types, cfg.ag_reduction, cfg.ag_boundary,
-                                 delimiter_ids=(tokenizer.cls_token_id, tokenizer.sep_token_id),
-                                 period_ids=tokenizer.convert_tokens_to_ids(["."]))
+    model, guidance = build_mlm_model(cfg, tokenizer)
     masking = {"special_ids": tokenizer.all_special_ids, "mask_token_id": tokenizer.mask_token_id,
                "vocab_size": len(tokenizer), "mlm_probability": cfg.mlm_probability}
     optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8,
