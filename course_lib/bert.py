@@ -195,7 +195,7 @@ class BertModel(nn.Module):
         sequence with one entry (or None) per layer, or a hook `f(layer_index, layer_input)` that computes
         each layer's bias from that layer's input (B, L, d) during the pass (ASA's adversaries).
         cls_only: the pooler reads only [CLS], so the last layer may compute that one position (its keys and
-        values still come from every token): the same pooler_output for 5/6 of the last layer's compute.
+        values still come from every token): the same pooler_output for about a quarter of the last layer's compute.
         last_hidden_state is then (B, 1, d) and the last layer's attention map (B, H, 1, L).
         """
         if token_type_ids is None:

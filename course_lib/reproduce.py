@@ -53,7 +53,7 @@ def paper_gain(method: str, task: str, metric: str) -> str:
 
 def chance_level(rows: list[dict], metric: str) -> float | None:
     """What a model that learnt nothing scores on these runs' dev sets: the majority class's share for accuracy
-    (mean over the runs' seeds, each seed's own dev sample), 0 for correlations and F1-free metrics like MCC.
+    (mean over the runs' seeds, each seed's own dev sample), 0 for MCC and the correlations.
     None when the dev data cannot be read here (then no run is called chance-level)."""
     name = metric.split(" ", 1)[1]
     if name != "accuracy":
@@ -71,6 +71,16 @@ def chance_level(rows: list[dict], metric: str) -> float | None:
             return None
         shares.append(max(Counter(ex.label for ex in dev).values()) / len(dev))
     return statistics.fmean(shares) if shares else None
+
+
+def holm_rejections(p_values: list[float], alpha: float = SIGNIFICANT) -> int:
+    """How many tests stay significant under Holm's step-down correction: the k-th smallest p (0-based) must be
+    below alpha / (m - k), and the first one that is not stops the count."""
+    m = len(p_values)
+    for k, p in enumerate(sorted(p_values)):
+        if p >= alpha / (m - k):
+            return k
+    return m
 
 
 def verdict(diff: float | None, p: float | None, claimed: str, pairs: int = 0) -> str:
@@ -129,9 +139,7 @@ def report(runs_dir: str | Path, command: str, grid: str | Path, baseline: str =
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     if p_values:
-        m, holm = len(p_values), sum(1 for i, p in enumerate(sorted(p_values))
-                                     if all(q < SIGNIFICANT / (len(p_values) - j)
-                                            for j, q in enumerate(sorted(p_values)[:i + 1])))
+        m, holm = len(p_values), holm_rejections(p_values)
         lines += ["## Many tests at once", "",
                   f"On the tasks the baseline learnt there are {m} paired tests; at p < {SIGNIFICANT} about "
                   f"{m * SIGNIFICANT:.1f} of them would come out 'significant' by chance alone. "

@@ -71,3 +71,9 @@ def test_bench_reproduce_rejects_a_bad_shard_before_running(tmp_path, capsys):
     assert cli.main(["bench", "reproduce", "--shard", "3/2", "--output-dir", str(tmp_path)]) == 2
     assert "shard" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_holm_counts_step_down_rejections():
+    assert reproduce.holm_rejections([0.001, 0.03, 0.04]) == 1  # 0.03 >= 0.05 / 2 stops the count
+    assert reproduce.holm_rejections([0.01, 0.02, 0.03]) == 3  # 0.01 < .05/3, 0.02 < .05/2, 0.03 < .05
+    assert reproduce.holm_rejections([0.2, 0.001]) == 1 and reproduce.holm_rejections([]) == 0
