@@ -22,6 +22,7 @@ from typing import Callable
 
 import torch
 
+from .allocator import keep_freed_memory
 from .repro import progress
 from .weights import load_pretrained, resolve_model_dir
 
@@ -71,6 +72,7 @@ def _contestants(model_name):
 
 def speed(model_name=None, batch_size: int = 32, seq_lens=(64, 128), repeats: int = 10, warmup: int = 2) -> dict:
     """Training step (forward + backward, dropout on) and inference (eval, no grad) for each contestant."""
+    keep_freed_memory()  # as the training loops do; it serves every contestant alike
     torch.manual_seed(0)
     runs, modules, cfg = _contestants(model_name)
     peak = matmul_gflops()
@@ -291,6 +293,7 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
     from .train import build_classifier, encoder_overrides, param_groups
 
     load_before = machine_load()
+    keep_freed_memory()  # as finetune and pretrain do
     accelerator = Accelerator(cpu=True)
     lines, source = text_lines(glue_dir)
     lines = glue.subsample(lines, 4 * epoch_examples + 64 * batch_size, seed=0)

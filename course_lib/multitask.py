@@ -27,6 +27,7 @@ from safetensors.torch import save as safetensors_save
 from torch import nn
 
 from . import glue
+from .allocator import keep_freed_memory
 from .config import FinetuneConfig, MultitaskConfig
 from .errors import UsageError
 from .heads import ClassifierOutput, SequenceClassifier
@@ -157,6 +158,7 @@ def train_multitask(cfg: MultitaskConfig) -> dict:
     done = _finished(out, cfg)
     if done is not None:
         return done  # the same command after completion costs nothing
+    keep_freed_memory()
     accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision)
     if accelerator.num_processes > 1:
         raise UsageError(f"multitask runs in one process; it was launched in {accelerator.num_processes} "

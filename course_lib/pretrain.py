@@ -36,6 +36,7 @@ from torch import nn
 
 from . import glue
 from .ag import AttentionGuidance, ag_scale_at
+from .allocator import keep_freed_memory
 from .bert import BertModel
 from .config import BertConfig, PretrainConfig
 from .errors import UsageError
@@ -284,6 +285,7 @@ def pretrain(cfg: PretrainConfig) -> dict:
         check_same_run(done["config"], cfg, out)
         if done.get("status") == "complete":
             return done  # the same command after completion costs nothing
+    keep_freed_memory()
     accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision)
     if accelerator.num_processes > 1:
         raise UsageError(f"pretrain runs in one process; it was launched in {accelerator.num_processes} "

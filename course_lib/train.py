@@ -21,6 +21,7 @@ from accelerate import Accelerator
 from safetensors.torch import save as safetensors_save
 
 from . import glue, ssa, ssaf
+from .allocator import keep_freed_memory
 from .config import FinetuneConfig
 from .errors import RunFailed, UsageError
 from .asa import ASAClassifier
@@ -229,6 +230,7 @@ def finetune(cfg: FinetuneConfig) -> dict:
     done = _finished(out, cfg)
     if done is not None:
         return done  # the same command after completion costs nothing
+    keep_freed_memory()
     accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision)
     seed_everything(cfg.seed)
     task = glue.get_task(cfg.task)
