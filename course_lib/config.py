@@ -158,6 +158,8 @@ class FinetuneConfig(Validated):
     ssa_threshold: float = 0.3  # ssa-hybrid: tokens with importance below this are left out of the pooling
     ssa_label_mode: str = "code"  # ssa-*: code = the authors' labels (default); paper = the paper's
     ssa_share_weight: bool = True  # ssa-*: one token-head output layer for every position (False: per position)
+    ssa_first_epoch_loss: bool = True  # ssa-*, code labels: epoch 1 trains the token head on all-ones labels
+    #   (the authors' code); False leaves epoch 1 to the task loss, until probed labels exist
 
     def validate(self) -> None:
         from .errors import choice_error
@@ -309,6 +311,8 @@ class MultitaskConfig(Validated):
     ssa_target_weight: float = 0.7  # alpha, loss = alpha L_target + (1 - alpha) L_SSA (Kou et al. 2020)
     ssa_label_mode: str = "code"  # code = the authors' labels (default); paper = the paper's
     ssa_share_weight: bool = True  # one token-head output layer for every position (False: per position)
+    ssa_first_epoch_loss: bool = True  # code labels: epoch 1 trains the token head on all-ones labels (the
+    #   authors' code); False leaves epoch 1 to the task losses, until probed labels exist
 
     def task_names(self) -> list[str]:
         """The tasks' registry names, in the order given ('SST-2' becomes 'sst2')."""

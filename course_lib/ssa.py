@@ -172,7 +172,8 @@ def agree(task_is_regression: bool, a: float, b: float, tolerance: float = 0.3) 
 
 
 def ssa_epoch_features(features: list[dict], predict, epoch: int, seed: int, special_ids: set[int], mask_id: int,
-                       is_regression: bool, label_mode: str = "code", max_rounds: int = 3) -> tuple[list, dict]:
+                       is_regression: bool, label_mode: str = "code", max_rounds: int = 3,
+                       first_epoch_loss: bool = True) -> tuple[list, dict]:
     """The epoch's training set: N examples, a share `aug_ratio(epoch)` of them carrying probed token labels.
 
     `predict(features) -> list of predictions` runs the current model in eval mode. The authors probe every
@@ -180,9 +181,14 @@ def ssa_epoch_features(features: list[dict], predict, epoch: int, seed: int, spe
     enough qualify, which picks a uniform sample of qualifying probes too, at about half the forward passes
     in early epochs. Rounds repeat (at most `max_rounds`, fresh masks each) while too few qualify. The inputs
     are always the original sentences; only the labels come from the probes.
+
+    first_epoch_loss=False: the unprobed first epoch (ratio 0) gets no token labels instead of the code's
+    all-ones, so the token loss starts with the first probed epoch. In short runs the all-ones epoch can pull
+    the shared encoder away from the task (SSA-Co at the majority class in notebook 01 and `bench reproduce`).
     """
     n, ratio = len(features), aug_ratio(epoch)
-    default = IGNORE if label_mode == "paper" else 1  # paper mode: unprobed tokens carry no SSA signal
+    # paper mode: unprobed tokens carry no SSA signal; nor, when asked, the code's all-ones first epoch
+    default = IGNORE if label_mode == "paper" or (ratio == 0 and not first_epoch_loss) else 1
     base = [{**f, "token_labels": [IGNORE if t in special_ids else default for t in f["input_ids"]]}
             for f in features]
     stats = {"aug_ratio": ratio, "originals": 0, "probes": 0, "labelled": 0}

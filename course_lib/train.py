@@ -135,7 +135,8 @@ def epoch_features(cfg: FinetuneConfig, epoch: int, train: list[dict], model, ta
                 preds = predict(model, feats, cfg.eval_batch_size, accelerator, tokenizer.pad_token_id).tolist()
                 return preds if task.is_regression else [round(p) for p in preds]
             features, stats = ssa.ssa_epoch_features(train, probe, epoch, cfg.seed, special, mask_id,
-                                                     task.is_regression, cfg.ssa_label_mode)
+                                                     task.is_regression, cfg.ssa_label_mode,
+                                                     first_epoch_loss=cfg.ssa_first_epoch_loss)
         stats["label_seconds"] = round(time.perf_counter() - started, 2)
         if accelerator.is_main_process:
             save_torch(cache, {"features": features, "stats": stats})

@@ -135,3 +135,17 @@ def test_training_loss_mixes_task_and_token_losses():
     task_only = model(ids, mask, labels=labels)
     expected = 0.7 * task_only.loss + 0.3 * out.stats["ssa_loss"]
     torch.testing.assert_close(out.loss, expected)
+
+
+def test_first_epoch_without_token_loss_only_changes_the_unprobed_epoch():
+    rng = random.Random(0)
+    feats = [feature([rng.randrange(20, 90) for _ in range(12)] + [FUNNY], label=1) for _ in range(40)]
+    special = {CLS, SEP, PAD}
+    kwargs = dict(seed=0, special_ids=special, mask_id=MASK, is_regression=False, label_mode="code")
+    ones, _ = ssa_epoch_features(feats, funny_stub, epoch=0, **kwargs)
+    assert all(set(f["token_labels"][1:-1]) == {1} for f in ones)  # the authors' all-ones first epoch
+    quiet, stats = ssa_epoch_features(feats, funny_stub, epoch=0, first_epoch_loss=False, **kwargs)
+    assert stats["labelled"] == 0 and all(set(f["token_labels"]) == {IGNORE} for f in quiet)  # no token loss
+    later = [ssa_epoch_features(feats, funny_stub, epoch=2, first_epoch_loss=flag, **kwargs)[0]
+             for flag in (True, False)]
+    assert later[0] == later[1]  # probed epochs are untouched
