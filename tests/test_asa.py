@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from course_lib.asa import ADVERSARIAL_MASK, ASAClassifier, binarize, grad_reverse, symmetric_kl
+from course_lib.asa import ADVERSARIAL_MASK, ASAClassifier, Adversary, binarize, grad_reverse, symmetric_kl
 from course_lib.bert import BertModel
 from course_lib.config import BertConfig
 from course_lib.heads import SequenceClassifier
@@ -30,6 +30,27 @@ def test_gradient_reversal_is_identity_forward_and_negation_backward():
     w = torch.randn(4, 5, dtype=torch.float64)
     (y * w).sum().backward()
     assert torch.equal(x.grad, -w)
+
+
+def test_adversary_scores_are_the_projections_dot_product():
+    """The product-matrix form equals (W_q h + b_q)(W_k h + b_k)^T / sqrt(d), values and weight gradients."""
+    torch.manual_seed(0)
+    adversary = Adversary(16).double()
+    for lin in (adversary.query, adversary.key):  # nonzero biases, so every term of the expansion is exercised
+        torch.nn.init.normal_(lin.bias)
+    h = torch.randn(3, 7, 16, dtype=torch.float64)
+    mask = torch.ones(3, 7, dtype=torch.float64)
+    mask[0, 5:] = 0
+    weights = torch.randn(3, 7, 7, dtype=torch.float64)
+    got = adversary(h, mask)
+    (got * weights).sum().backward()
+    fast = [p.grad.clone() for p in adversary.parameters()]
+    adversary.zero_grad()
+    want = adversary.query(h) @ adversary.key(h).transpose(-2, -1) / 4.0 + (1 - mask[:, None, :]) * ADVERSARIAL_MASK
+    (want * weights).sum().backward()
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-9)
+    for g, p in zip(fast, adversary.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-12, atol=1e-12)
 
 
 def test_straight_through_step():
