@@ -141,9 +141,14 @@ def test_loss_falls_on_real_sst2(glue_dir, tmp_path):
 @pytest.mark.glue
 @pytest.mark.slow
 def test_sst2_recipe_reaches_083(glue_dir, tmp_path):
-    """The issue's recipe: 4,000 SST-2 examples, 2 epochs, length 64, batch 32, lr 5e-5, 6% warmup."""
+    """The issue's recipe: 4,000 SST-2 examples, 2 epochs, length 64, batch 32, lr 5e-5, 6% warmup.
+
+    Batches are length-bucketed, which halves the run (93 s against 187 s on 2 cores) at no measurable cost:
+    seeds 0/1/2 gave 0.8349/0.8303/0.8406 bucketed and 0.8417/0.8429/0.8303 with random batches (2026-11-22).
+    """
     cfg = FinetuneConfig(task="sst2", glue_dir=str(glue_dir), output_dir=str(tmp_path), max_train_samples=4000,
-                         epochs=2, max_len=64, batch_size=32, lr=5e-5, warmup_ratio=0.06, seed=0)
+                         epochs=2, max_len=64, batch_size=32, lr=5e-5, warmup_ratio=0.06, seed=0,
+                         bucket_by_length=True)
     assert finetune(cfg)["dev"]["accuracy"] >= 0.83
 
 
