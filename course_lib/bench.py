@@ -11,6 +11,7 @@ by their median and interquartile range. Speed targets are checked here, by prin
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -278,8 +279,8 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
     SSA's label generation goes through `train.epoch_features` (probes by `train.predict`, labels by
     `ssa.ssa_epoch_features`, the cache written and read back) for an epoch of `epoch_examples` sentences at
     each 0-based epoch of `ssa_epochs` (1: the first probed epoch, a share of 0.2 labelled copies; 4: the
-    largest share, 0.8), against the training of that
-    epoch's set by the same loop. The gold labels are the model's own predictions: a model that fits its
+    largest share, 0.8), against the training of that epoch's set by the same loop, with fp32 probes and
+    with bf16 ones (`ssa_probe_bf16`). The gold labels are the model's own predictions: a model that fits its
     training set, as a fine-tuned one nearly does, so every example is probed.
     """
     from accelerate import Accelerator
@@ -350,8 +351,9 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
     cfg, model, optimizer, tokenizer = contestants["ssa-hybrid"]
     steps.clear()  # the other models' memory back before the epoch-long measurement
     contestants.clear()
-    ssa = [_ssa_label_share(cfg, model, optimizer, tokenizer, lines[:epoch_examples], epoch, epoch_repeats,
-                            accelerator) for epoch in ssa_epochs]
+    ssa = [_ssa_label_share(dataclasses.replace(cfg, ssa_probe_bf16=bf16), model, optimizer, tokenizer,
+                            lines[:epoch_examples], epoch, epoch_repeats, accelerator)
+           for bf16 in (False, True) for epoch in ssa_epochs]
     return {"batch_size": batch_size, "seq_len": seq_len, "threads": torch.get_num_threads(),
             "model": str(resolve_model_dir(model_name)), "text": source, "repeats": repeats,
             "pretrain_model": {"layers": pcfg.num_layers, "hidden": pcfg.hidden_size, "heads": pcfg.num_heads,
@@ -388,7 +390,11 @@ def _ssa_label_share(cfg, model, optimizer, tokenizer, lines: list[str], epoch: 
         times = interleaved({"labels": generate_labels, "train": train_epoch}, repeats, 0, desc="SSA epoch")
     share = ratio_summary(times["labels"], times["train"])
     stats = state[next(reversed(state))][1]
-    return {"epoch": epoch + 1, "examples": len(train), "aug_ratio": stats["aug_ratio"],
+    with torch.autocast(accelerator.device.type, torch.bfloat16):  # how often a bf16 probe's class is fp32's
+        agreement = (predict(model, train, cfg.eval_batch_size, accelerator, tokenizer.pad_token_id).long()
+                     == torch.tensor(own)).double().mean().item()
+    return {"epoch": epoch + 1, "probe": "bf16" if cfg.ssa_probe_bf16 else "fp32", "examples": len(train),
+            "bf16_agrees_with_fp32": round(agreement, 4), "aug_ratio": stats["aug_ratio"],
             "forward_passes": stats.get("originals", len(train)) + stats["probes"], "probes": stats["probes"],
             "labelled": stats["labelled"], "mean_tokens": round(statistics.mean(len(f["input_ids"]) for f in train), 1),
             "label_s": round(statistics.median(times["labels"]), 2),
@@ -410,8 +416,9 @@ def format_methods(results: dict) -> str:
         lines.append(f"| {r['method']} | {r['baseline']} | {r['step_ms']} | {r['ratio']}x "
                      f"({r['ratio_iqr'][0]}-{r['ratio_iqr'][1]}) | {target} | {met} | {r['saved_activations_mb']} |")
     for s in results["ssa_labels"]:
-        lines.append(f"| ssa-hybrid labels, epoch {s['epoch']}, share {s['aug_ratio']} ({s['examples']} examples, "
-                     f"{s['forward_passes']} forward passes) | "
+        agrees = f"; bf16 class = fp32 class on {s['bf16_agrees_with_fp32']:.1%}" if s["probe"] == "bf16" else ""
+        lines.append(f"| ssa-hybrid labels, {s['probe']} probes, epoch {s['epoch']}, share {s['aug_ratio']} "
+                     f"({s['examples']} examples, {s['forward_passes']} forward passes{agrees}) | "
                      f"its epoch's training ({s['epoch_train_s']} s) | {1000 * s['label_s']:.0f} | {s['share']:.0%} "
                      f"({s['share_iqr'][0]:.0%}-{s['share_iqr'][1]:.0%}) | <= {s['target']:.0%} | "
                      f"{'yes' if s['meets_target'] else 'NO'} | - |")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -132,7 +133,8 @@ def epoch_features(cfg: FinetuneConfig, epoch: int, train: list[dict], model, ta
             features, stats = ssa.bert_mask_epoch_features(train, epoch, cfg.seed, special, mask_id)
         else:
             def probe(feats):
-                preds = predict(model, feats, cfg.eval_batch_size, accelerator, tokenizer.pad_token_id).tolist()
+                with torch.autocast(accelerator.device.type, torch.bfloat16) if cfg.ssa_probe_bf16 else nullcontext():
+                    preds = predict(model, feats, cfg.eval_batch_size, accelerator, tokenizer.pad_token_id).tolist()
                 return preds if task.is_regression else [round(p) for p in preds]
             features, stats = ssa.ssa_epoch_features(train, probe, epoch, cfg.seed, special, mask_id,
                                                      task.is_regression, cfg.ssa_label_mode,

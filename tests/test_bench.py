@@ -44,9 +44,11 @@ def test_methods_benchmark_structure(tiny_model_dir, monkeypatch):
         assert (row["target"] is None) == (row["meets_target"] is None)
     assert rows["vanilla"]["ratio"] == 1.0 and rows["mlm"]["ratio"] == 1.0
     assert rows["ssaf"]["target"] == 1.5 and rows["asa"]["target"] == 2.2 and rows["ag"]["target"] == 1.15
-    assert [(s["epoch"], s["aug_ratio"]) for s in result["ssa_labels"]] == [(2, 0.2), (5, 0.8)]
+    assert [(s["probe"], s["epoch"], s["aug_ratio"]) for s in result["ssa_labels"]] == \
+        [("fp32", 2, 0.2), ("fp32", 5, 0.8), ("bf16", 2, 0.2), ("bf16", 5, 0.8)]
     for ssa in result["ssa_labels"]:
         assert ssa["examples"] == 16 and ssa["probes"] > 0 and ssa["forward_passes"] > ssa["probes"]
+        assert 0 <= ssa["bf16_agrees_with_fp32"] <= 1
         assert positive(ssa["share"]) and positive(ssa["label_s"]) and positive(ssa["epoch_train_s"])
     table = bench.format_methods(result)
     assert all(f"| {name} |" in table for name in rows) and "ssa-hybrid labels" in table

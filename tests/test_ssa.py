@@ -149,3 +149,33 @@ def test_first_epoch_without_token_loss_only_changes_the_unprobed_epoch():
     later = [ssa_epoch_features(feats, funny_stub, epoch=2, first_epoch_loss=flag, **kwargs)[0]
              for flag in (True, False)]
     assert later[0] == later[1]  # probed epochs are untouched
+
+
+def test_bf16_probe_runs_only_the_probes_in_bfloat16(tiny_model_dir, keyword_glue, tmp_path):
+    """--ssa-probe-bf16: every probe's matmuls run in bfloat16, the training step after it in fp32."""
+    from accelerate import Accelerator
+
+    from course_lib import glue
+    from course_lib.config import FinetuneConfig
+    from course_lib.train import build_classifier, encoder_overrides, epoch_features, predict
+    from course_lib.weights import load_pretrained
+
+    task = glue.get_task("sst2")
+    dtypes = {}
+    for bf16 in (False, True):
+        cfg = FinetuneConfig(model=str(tiny_model_dir), method="ssa-co", max_len=32, ssa_probe_bf16=bf16)
+        encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
+        model = build_classifier(cfg, encoder, 2, tokenizer)
+        train = glue.encode(glue.load_split(task, "train", str(keyword_glue)), tokenizer, cfg.max_len)
+        own = predict(model, train, 64, Accelerator(cpu=True)).long().tolist()
+        train = [{**f, "label": y} for f, y in zip(train, own)]  # gold = the model's own class: every one is probed
+        seen = []
+        model.encoder.layers[0].ffn.up.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+        _, stats = epoch_features(cfg, 1, train, model, task, tokenizer, Accelerator(cpu=True), tmp_path / str(bf16))
+        assert stats["probes"] > 0
+        dtypes[bf16] = set(seen)
+        seen.clear()
+        batch = glue.collate(train[:4], tokenizer.pad_token_id)
+        model.train()(batch["input_ids"], batch["attention_mask"], labels=batch["labels"])
+        assert set(seen) == {torch.float32}  # no autocast left behind for training
+    assert dtypes == {False: {torch.float32}, True: {torch.bfloat16}}
