@@ -390,11 +390,13 @@ def _ssa_label_share(cfg, model, optimizer, tokenizer, lines: list[str], epoch: 
         times = interleaved({"labels": generate_labels, "train": train_epoch}, repeats, 0, desc="SSA epoch")
     share = ratio_summary(times["labels"], times["train"])
     stats = state[next(reversed(state))][1]
-    with torch.autocast(accelerator.device.type, torch.bfloat16):  # how often a bf16 probe's class is fp32's
-        agreement = (predict(model, train, cfg.eval_batch_size, accelerator, tokenizer.pad_token_id).long()
-                     == torch.tensor(own)).double().mean().item()
+    agreement = None
+    if cfg.ssa_probe_bf16:  # how often a bf16 probe's class is the fp32 one's, on the epoch's originals
+        with torch.autocast(accelerator.device.type, torch.bfloat16):
+            bf16 = predict(model, train, cfg.eval_batch_size, accelerator, tokenizer.pad_token_id).long()
+        agreement = round((bf16 == torch.tensor(own)).double().mean().item(), 4)
     return {"epoch": epoch + 1, "probe": "bf16" if cfg.ssa_probe_bf16 else "fp32", "examples": len(train),
-            "bf16_agrees_with_fp32": round(agreement, 4), "aug_ratio": stats["aug_ratio"],
+            "bf16_agrees_with_fp32": agreement, "aug_ratio": stats["aug_ratio"],
             "forward_passes": stats.get("originals", len(train)) + stats["probes"], "probes": stats["probes"],
             "labelled": stats["labelled"], "mean_tokens": round(statistics.mean(len(f["input_ids"]) for f in train), 1),
             "label_s": round(statistics.median(times["labels"]), 2),
