@@ -22,6 +22,7 @@ from torch import nn
 from .attention import attend, get_normalizer
 from .config import BertConfig
 from .dropout import Dropout
+from .linear import Linear
 
 
 BiasHook = Callable[[int, torch.Tensor], "torch.Tensor | None"]
@@ -112,8 +113,8 @@ class SelfAttention(nn.Module):
         self.num_heads = cfg.num_attention_heads
         self.normalize = get_normalizer(cfg.attn_normalizer, **cfg.normalizer_params())
         self.attn_dropout = cfg.attention_probs_dropout_prob
-        self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size)
-        self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.qkv = Linear(cfg.hidden_size, 3 * cfg.hidden_size)
+        self.out = Linear(cfg.hidden_size, cfg.hidden_size)
         self.dropout = Dropout(cfg.hidden_dropout_prob)
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
 
@@ -133,8 +134,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, cfg: BertConfig):
         super().__init__()
-        self.up = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
-        self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
+        self.up = Linear(cfg.hidden_size, cfg.intermediate_size)
+        self.down = Linear(cfg.intermediate_size, cfg.hidden_size)
         self.dropout = Dropout(cfg.hidden_dropout_prob)
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
 

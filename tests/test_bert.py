@@ -108,15 +108,17 @@ def test_one_adamw_step_updates_weights_like_hugging_face(minilm_dir, batch):
     ref = transformers.BertForSequenceClassification.from_pretrained(str(minilm_dir), num_labels=2, **no_dropout)
     encoder, _ = load_pretrained(**no_dropout)
     model = SequenceClassifier(encoder, num_labels=2, dropout=0.0)
-    model.cls_only = False  # Adam's first step is lr * sign(g): it magnifies 1e-9 rounding in near-zero gradients
     model.classifier.load_state_dict(ref.classifier.state_dict())
     labels = torch.tensor([1, 0, 0, 1])
     hf_groups = [
         {"params": [p for n, p in ref.named_parameters() if not ("bias" in n or "LayerNorm" in n)], "weight_decay": 0.01},
         {"params": [p for n, p in ref.named_parameters() if "bias" in n or "LayerNorm" in n], "weight_decay": 0.0},
     ]
-    ours_opt = torch.optim.AdamW(param_groups(model, 0.01), lr=1e-3)
-    hf_opt = torch.optim.AdamW(hf_groups, lr=1e-3)
+    # Adam's first step is lr * g / (|g| + eps): with the default eps of 1e-8 a gradient of 1e-9 already moves its
+    # weight by lr / 10, so rounding differences in near-zero gradients (another summation order: oneDNN's matmul,
+    # the [CLS]-only last layer) would flip whole steps. eps 1e-6 keeps every real step and damps those.
+    ours_opt = torch.optim.AdamW(param_groups(model, 0.01), lr=1e-3, eps=1e-6)
+    hf_opt = torch.optim.AdamW(hf_groups, lr=1e-3, eps=1e-6)
     assert [len(g["params"]) for g in hf_groups][1] == sum(p.ndim == 1 for p in ref.parameters())
 
     before = model.encoder.pooler.weight.detach().clone()
