@@ -30,7 +30,6 @@ class _OneDNNLinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias):
         ctx.save_for_backward(x, weight)
-        ctx.has_bias = bias is not None
         return _onednn_linear(x, weight, bias)
 
     @staticmethod
@@ -42,7 +41,7 @@ class _OneDNNLinearFunction(torch.autograd.Function):
             grad_x = _onednn_linear(grad2d, weight.t().contiguous(), None).view(*grad.shape[:-1], weight.shape[1])
         if ctx.needs_input_grad[1]:
             grad_w = grad2d.t() @ x.reshape(-1, x.shape[-1])
-        if ctx.has_bias and ctx.needs_input_grad[2]:
+        if ctx.needs_input_grad[2]:  # False when there is no bias
             grad_b = grad2d.sum(0)
         return grad_x, grad_w, grad_b
 
@@ -59,7 +58,4 @@ class Linear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not uses_onednn(x, self.weight):
             return F.linear(x, self.weight, self.bias)
-        x = x.contiguous()
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (x, self.weight, self.bias) if t is not None):
-            return _OneDNNLinearFunction.apply(x, self.weight, self.bias)
-        return _onednn_linear(x, self.weight, self.bias)
+        return _OneDNNLinearFunction.apply(x.contiguous(), self.weight, self.bias)  # records nothing under no_grad
