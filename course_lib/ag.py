@@ -8,7 +8,7 @@ Pre-training adds an auxiliary loss that pulls some heads towards fixed attentio
 H_kj is the (L, L) attention map of head j in layer k and P_j the pattern given to head index j, the same in
 every layer; all layers are guided and gradients reach every parameter. alpha_t decays linearly to 0.
 
-Paper text versus the authors' code (trainer_ag.py), and what we do (../shared/docs/algorithms.md, section 4):
+Paper text versus the authors' code (trainer_ag.py), and what we do (docs/methods.md, section 4, AG):
 - reduction: the code takes a mean squared error per pattern type; the paper writes a Frobenius sum.
   `ag_reduction="mean"` (code, default; the only scale at which alpha_0 in {1, 10, 100} makes sense) or
   `"frobenius"` (paper).

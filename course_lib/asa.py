@@ -6,7 +6,7 @@ is masked by its adversary. The model learns to give the same prediction in both
 adversary learns to make them differ while cutting as little as possible (a keep-count penalty weighted by
 tau^2). A gradient-reversal layer lets one optimiser do both. At inference the model is vanilla BERT.
 
-Following the authors' code (see ../shared/docs/algorithms.md, section 5): the adversary is one head over the
+Following the authors' code (see docs/methods.md, section 5, ASA): the adversary is one head over the
 full hidden size, shared by all heads; its input is detached; binarisation is a deterministic straight-through
 step (`asa_noise="none"`; `"logistic"` samples a binary Concrete instead); the penalty weight is tau^2.
 """

@@ -1,4 +1,5 @@
-"""The papers' reported GLUE numbers, to set beside ours (transcribed from ../shared/docs/algorithms.md).
+"""The papers' reported GLUE numbers, to set beside ours (transcribed from the tables named below;
+full references in docs/methods.md).
 
 All are BERT-base, and none is a dev-set number of the packaged MiniLM: Kou et al. and Wu et al. report the
 GLUE test server, Cui et al. their own test splits. A gap to our dev numbers therefore says little by

@@ -5,7 +5,7 @@ wordpieces replaced by [MASK]. If the prediction survives (and was right), the m
 not matter. Those judgements become per-token labels for an auxiliary token head trained alongside the task
 (SSA-Co). SSA-Hybrid also pools the final hidden states by the token head's importance scores (paper Eq. 1).
 
-Defaults follow the authors' code where it differs from the paper (../shared/docs/algorithms.md, 1.2-1.5):
+Defaults follow the authors' code where it differs from the paper (docs/methods.md, section 1, SSA):
 labels are generated at the start of every epoch with the current weights; a qualifying probe labels its
 masked tokens 0 and every other real token 1 (`ssa_label_mode="code"`; "paper" labels masked tokens 1 when
 the prediction flips, 0 when it holds, and ignores the rest); the model trains on the original sentence; the
