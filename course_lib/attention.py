@@ -19,8 +19,6 @@ import torch.nn.functional as F
 from .dropout import dropout
 from .errors import UsageError, choice_error
 
-MASK_FLOOR = -1e4  # logits below this are masked keys: classic BERT's -10000, kept finite for sorting
-
 
 def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
     """Upcast half precision for sums and sorts that lose accuracy there; leave fp32/fp64 alone."""
@@ -102,27 +100,29 @@ def _sparsemax_threshold(z: torch.Tensor, k: int = SPARSEMAX_TOP_K) -> torch.Ten
 
 
 class _SparsegenLin(torch.autograd.Function):
-    """sparsemax(clamp(e, MASK_FLOOR) / temperature) with its closed-form VJP (`sparsemax_backward`).
+    """sparsemax((e - max e) / temperature) with its closed-form VJP (`sparsemax_backward`), clamp-free.
 
-    The clamp and the division run inside, on one fresh tensor, so autograd keeps a single node; the backward
-    divides by the temperature and, as clamp's own backward would, gives 0 to logits below MASK_FLOOR. Those
-    are outside the support unless a whole row is masked, so their mask is only kept when some row's maximum
-    is near the floor.
+    sparsemax is translation invariant (Martins & Astudillo 2016, Prop. 2), so subtracting each row's maximum
+    changes nothing, yet it puts the maximum at 0 and tau in [-1, 0): every logit keeps its exact offset from
+    the top one however large or small the scores are. Masked keys need no floor: -inf (or finfo.min far
+    below the row's maximum) lands far below tau and gets exactly 0 weight and, being outside the support,
+    0 gradient. Only rows whose maximum is not finite are special (`_nonfinite_rows`).
     """
 
     @staticmethod
     def forward(ctx, scores: torch.Tensor, dim: int, temperature: float) -> torch.Tensor:
-        z = scores.clamp_min(MASK_FLOOR)
-        row_max = z.amax(dim, keepdim=True)
-        z.sub_(row_max)  # translation invariant: the row maximum is 0, so tau lies in [-1, 0) and stays exact
+        row_max = scores.amax(dim, keepdim=True)  # (..., 1, ...): NaN/+inf if a row holds one, -inf if all masked
+        masked_rows, nan_rows = _nonfinite_rows(row_max)
+        z = scores - row_max  # one fresh tensor, so the steps below may work in place
+        if masked_rows is not None:
+            z.masked_fill_(masked_rows | nan_rows, 0.0)  # all-equal logits: sparsemax is uniform there
         if temperature != 1.0:
             z.div_(temperature)
         tau = _sparsemax_threshold(z.movedim(dim, -1)).movedim(-1, dim)  # (..., 1, ...) along dim
         p = z.sub_(tau).clamp_min_(0)
-        # A clamped logit sits at (MASK_FLOOR - row_max) / T, in the support only if that is above tau >= -1.
-        floor_in_support = bool((row_max < MASK_FLOOR + 2 * temperature).any())
-        ctx.unclamped = scores >= MASK_FLOOR if floor_in_support else None
-        ctx.dim, ctx.temperature = dim, temperature
+        if nan_rows is not None:
+            p.masked_fill_(nan_rows, math.nan)
+        ctx.masked_rows, ctx.dim, ctx.temperature = masked_rows, dim, temperature
         ctx.save_for_backward(p)
         return p
 
@@ -132,17 +132,35 @@ class _SparsegenLin(torch.autograd.Function):
         grad_scores = sparsemax_backward(p, grad, ctx.dim)
         if ctx.temperature != 1.0:
             grad_scores = grad_scores / ctx.temperature
-        if ctx.unclamped is not None:
-            grad_scores = grad_scores * ctx.unclamped
+        if ctx.masked_rows is not None:  # -inf logits are constants: no gradient, even where the row is uniform
+            grad_scores = grad_scores.masked_fill(ctx.masked_rows, 0.0)
         return grad_scores, None, None
+
+
+def _nonfinite_rows(row_max: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(fully masked rows, NaN rows): boolean masks shaped like row_max, or (None, None) if every max is finite.
+
+    A row whose maximum is -inf has every key masked: subtracting the maximum would give -inf - (-inf) = NaN, so
+    it becomes uniform instead, the limit of sparsemax(c, ..., c) as c -> -inf. A NaN or +inf maximum means a
+    real logit is broken: that row is NaN (not an exception from the threshold search), so the loss turns
+    non-finite and the training loop's non-finite guard can act. The checks run on one value per row.
+    """
+    finite = torch.isfinite(row_max)
+    if bool(finite.all()):
+        return None, None
+    masked_rows = row_max == -math.inf
+    return masked_rows, ~finite & ~masked_rows
 
 
 def sparsegen_lin(scores: torch.Tensor, lam: float, dim: int = -1) -> torch.Tensor:
     """sparsegen-lin (Laha et al. 2018; SSAF, Cui et al. 2019, Eq. 7): argmin_p ||p - e||^2 - lam ||p||^2.
 
     It equals sparsemax(e / (1 - lam)): lam = 0 is sparsemax, larger lam is sparser, lam -> -inf tends to
-    uniform. Exact (a partial sort, `_sparsemax_threshold`), computed in fp32 under mixed precision; masked
-    logits (<= MASK_FLOOR) get exactly 0, and a fully masked row becomes uniform instead of NaN.
+    uniform. Exact at every scale (a partial sort, `_sparsemax_threshold`, after subtracting the row maximum),
+    computed in fp32 under mixed precision. Masked keys get exactly 0 weight and 0 gradient: -inf ones whenever
+    the row has a finite logit, finite ones (BertModel's finfo.min padding) whenever it has a real key, far
+    above them. A fully masked row (all -inf, or all finfo.min) is uniform instead of NaN; a row holding NaN
+    or +inf comes out NaN rather than raising, so the loss turns non-finite and the loop's guard acts.
     """
     if not lam < 1:
         raise UsageError(f"sparsegen_lambda must be < 1 (the problem is strongly convex only then), got {lam!r}")

@@ -464,11 +464,11 @@ def fully_masked_rows(length: int = 128) -> list[dict]:
     """What ours and entmax give for a row whose every logit is masked, with each masking value in use."""
     import entmax
 
-    from .attention import MASK_FLOOR, sparsegen_lin
+    from .attention import sparsegen_lin
 
     rows = []
     for name, value in (("-inf", -math.inf), ("finfo(float32).min", torch.finfo(torch.float32).min),
-                        ("MASK_FLOOR (-1e4)", MASK_FLOOR)):
+                        ("-1e4 (classic BERT's mask)", -1e4)):
         entry = {"mask_value": name}
         for who, fn in (("ours", lambda z: sparsegen_lin(z, 0.0)), ("entmax", lambda z: entmax.sparsemax(z, -1))):
             row = torch.full((1, length), value, requires_grad=True)
