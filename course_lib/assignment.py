@@ -254,7 +254,7 @@ def grade(student_dir: str | os.PathLike, report_path: str | os.PathLike, jobs: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .cli import Parser, report_errors
+    from .errors import Parser, report_errors
 
     parser = Parser(prog="python -m course_lib.assignment", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser, required=True)

@@ -199,6 +199,10 @@ class BertModel(nn.Module):
         values still come from every token): the same pooler_output for about a quarter of the last layer's compute.
         last_hidden_state is then (B, 1, d) and the last layer's attention map (B, H, 1, L).
         """
+        L, positions = input_ids.shape[1], self.config.max_position_embeddings
+        if L > positions:  # else the position lookup fails with a bare "index out of range in self"
+            raise ValueError(f"input of {L} tokens is longer than the model's max_position_embeddings "
+                             f"{positions}: truncate it to {positions} tokens or fewer")
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         x = self.embeddings(input_ids, token_type_ids)  # (B, L, d)

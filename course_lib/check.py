@@ -125,7 +125,7 @@ def load_checks(hidden: bool = False) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .cli import Parser, report_errors
+    from .errors import Parser, report_errors
     from .errors import UsageError, choice_error
 
     parser = Parser(prog="python -m course_lib.check", description=__doc__.splitlines()[0])

@@ -8,64 +8,63 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import sys
 import typing
 
-from .config import FinetuneConfig, MultitaskConfig, PretrainConfig
-from .errors import RunFailed, UsageError
+from .config import FinetuneConfig, MultitaskConfig, PretrainConfig, field_choices, field_docs
+from .errors import Parser, UsageError, report_errors
+
+ENTRY_POINTS = (  # the other command lines, named in the top-level --help
+    ("course_lib.notebooks", "run a notebook with a preset and --set overrides (papermill), or list them"),
+    ("course_lib.sweep", "run a YAML grid of fine-tuning runs or notebooks, one process each, resumable"),
+    ("course_lib.collect", "one table of dev-set results (mean ± sd over seeds) from the finished runs in a folder"),
+    ("course_lib.check", "a question's public checks (assignment mode), on a CPU in seconds"),
+)
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse, but its errors raise UsageError (one line), and an unknown option lists the valid ones."""
-
-    def error(self, message: str):
-        raise UsageError(message)
-
-    def options(self) -> list[str]:
-        return sorted(o for a in self._actions for o in a.option_strings if o.startswith("--") and o != "--help")
-
-    def parse_strict(self, argv: list[str] | None) -> argparse.Namespace:
-        args, extra = self.parse_known_args(sys.argv[1:] if argv is None else argv)
-        if extra:
-            raise UsageError(f"unknown option {extra[0]!r} (valid: {', '.join(self.options())})")
-        return args
-
-
-def report_errors(body, interrupted: str) -> int:
-    """Run body() and turn a user's mistake or a failed run into one line on stderr and an exit code."""
-    try:
-        return body()
-    except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except RunFailed as err:
-        print(f"run failed: {err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"interrupted: {interrupted}", file=sys.stderr)
-        return 130
+def _option_help(doc: str, choices: tuple[str, ...]) -> str:
+    """The field's comment, plus its valid names unless the comment already lists them all ('%' escaped for
+    argparse, which formats help text with %-style; the default is added by ArgumentDefaultsHelpFormatter)."""
+    if choices and not all(re.search(rf"(?<![\w-]){re.escape(c)}(?![\w-])", doc) for c in choices):
+        doc = f"{doc} (valid: {', '.join(choices)})"
+    return doc.replace("%", "%%")
 
 
 def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
+    """One option per config field, its help read from the field's comment, with its choices and default."""
     hints = typing.get_type_hints(config_cls)
+    docs, choices = field_docs(config_cls), field_choices(config_cls)
     for f in dataclasses.fields(config_cls):
         kinds = [t for t in (typing.get_args(hints[f.name]) or (hints[f.name],)) if t is not type(None)]
         flag = "--" + f.name.replace("_", "-")
+        text = _option_help(docs.get(f.name, ""), choices.get(f.name, ()))
         if kinds == [bool]:
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default)
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default,
+                                help=text)
         else:
-            parser.add_argument(flag, dest=f.name, type=kinds[0], default=f.default, metavar=kinds[0].__name__.upper())
+            parser.add_argument(flag, dest=f.name, type=kinds[0], default=f.default, help=text,
+                                metavar=kinds[0].__name__.upper())
+
+
+def _epilog() -> str:
+    """The other command lines, one line each: `python -m course_lib --help` is where people look first."""
+    width = max(len(module) for module, _ in ENTRY_POINTS) + len("python -m ")
+    lines = [f"  {'python -m ' + module:<{width}}  {what}" for module, what in ENTRY_POINTS]
+    return "other entry points (each takes --help):\n" + "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="python -m course_lib", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m course_lib", description=__doc__.splitlines()[0], epilog=_epilog(),
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    finetune = commands.add_parser("finetune", help="fine-tune BERT on a GLUE task")
-    _add_config_options(finetune, FinetuneConfig)
-    pretrain = commands.add_parser("pretrain", help="pre-train a small BERT from scratch: MLM, or MLM + AG")
-    _add_config_options(pretrain, PretrainConfig)
-    multitask = commands.add_parser("multitask", help="one BERT, a head per GLUE task, a task schedule, SSA per task")
-    _add_config_options(multitask, MultitaskConfig)
+    for name, config_cls, what in (
+            ("finetune", FinetuneConfig, "fine-tune BERT on a GLUE task"),
+            ("pretrain", PretrainConfig, "pre-train a small BERT from scratch: MLM, or MLM + AG"),
+            ("multitask", MultitaskConfig, "one BERT, a head per GLUE task, a task schedule, SSA per task")):
+        command = commands.add_parser(name, help=what, description=what,
+                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        _add_config_options(command, config_cls)
     bench = commands.add_parser("bench", help="benchmarks, measured side by side in one process")
     bench.add_argument("what", choices=["speed", "methods", "sparsemax", "diagnostics", "reproduce"],
                        help="speed: our encoder vs Hugging Face's BertModel; methods: each method's training step "
@@ -96,6 +95,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+CONFIGS = {"finetune": FinetuneConfig, "pretrain": PretrainConfig, "multitask": MultitaskConfig}
+
+
+def _train(command: str, cfg) -> dict:
+    """Run one training command; return the summary it prints (the full result is its metrics.json)."""
+    if command == "finetune":
+        from .train import finetune
+
+        result = finetune(cfg)
+        return {k: v for k, v in result.items() if k.startswith("dev")}
+    if command == "pretrain":
+        from .pretrain import pretrain
+
+        result = pretrain(cfg)
+        return {"method": result["method"], "corpus": result["corpus"]["source"], **result["final"]}
+    from .multitask import train_multitask
+
+    result = train_multitask(cfg)
+    return {"dev": result["dev"], "overall": result["overall"]}
+
+
 def run(argv: list[str]) -> int:
     parser = build_parser()
     namespace, extra = parser.parse_known_args(argv)
@@ -107,22 +127,9 @@ def run(argv: list[str]) -> int:
     if extra:
         raise UsageError(f"unknown option {extra[0]!r} for {command} "
                          f"(valid: {', '.join(commands[command].options())})")
-    if command == "finetune":
-        from .train import finetune
-
-        result = finetune(FinetuneConfig.from_dict(args))
-        print(json.dumps({k: v for k, v in result.items() if k.startswith("dev")}, sort_keys=True))
-    elif command == "pretrain":
-        from .pretrain import pretrain
-
-        result = pretrain(PretrainConfig.from_dict(args))
-        print(json.dumps({"method": result["method"], "corpus": result["corpus"]["source"], **result["final"]},
-                         sort_keys=True))
-    elif command == "multitask":
-        from .multitask import train_multitask
-
-        result = train_multitask(MultitaskConfig.from_dict(args))
-        print(json.dumps({"dev": result["dev"], "overall": result["overall"]}, sort_keys=True))
+    if command in CONFIGS:
+        cfg = CONFIGS[command].from_dict(args)
+        print(json.dumps(_train(command, cfg), sort_keys=True))
     elif command == "bench" and namespace.what == "reproduce":
         from . import reproduce
 

@@ -22,9 +22,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from .cli import Parser, report_errors
 from .config import FinetuneConfig
-from .errors import UsageError
+from .errors import Parser, UsageError, report_errors
 from .reported import reported
 from .repro import atomic_write
 

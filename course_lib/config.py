@@ -5,12 +5,22 @@ wrong types with a `UsageError` that names the bad key and the valid ones (paper
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+import inspect
+import io
 import json
+import tokenize
 import typing
 from dataclasses import dataclass
 
 from .errors import UsageError
+
+MIXED_PRECISION = ("no", "fp16", "bf16")  # accelerate's autocast modes; fp16 needs a CUDA GPU
+NONFINITE_LOSS = ("stop", "skip")  # what a NaN or infinite loss does to the run
+SSA_LABEL_MODES = ("code", "paper")  # whose SSA token labels: the authors' code's or the paper's
+ASA_NOISE = ("none", "logistic")
 
 
 def _check_type(cls_name: str, name: str, value, annotation) -> None:
@@ -66,6 +76,34 @@ def _fraction(obj, *names: str) -> None:
     for name in names:
         if not 0.0 <= getattr(obj, name) < 1.0:
             raise UsageError(f"{type(obj).__name__}.{name} must be in [0, 1), got {getattr(obj, name)!r}")
+
+
+def _non_negative(obj, *names: str) -> None:
+    for name in names:
+        if getattr(obj, name) < 0:
+            raise UsageError(f"{type(obj).__name__}.{name} must be >= 0, got {getattr(obj, name)!r}")
+
+
+def _unit_interval(obj, *names: str) -> None:
+    for name in names:
+        if not 0.0 <= getattr(obj, name) <= 1.0:
+            raise UsageError(f"{type(obj).__name__}.{name} must be in [0, 1], got {getattr(obj, name)!r}")
+
+
+def _optional_positive(obj, *names: str) -> None:
+    for name in names:
+        if getattr(obj, name) is not None and getattr(obj, name) <= 0:
+            raise UsageError(f"{type(obj).__name__}.{name} must be > 0, got {getattr(obj, name)!r}")
+
+
+def _shared_run_checks(cfg) -> None:
+    """The checks of the fields a run config shares with the others (every field here exists on cfg)."""
+    from .errors import choice_error
+
+    if cfg.mixed_precision not in MIXED_PRECISION:
+        raise choice_error("mixed precision", cfg.mixed_precision, MIXED_PRECISION)
+    if cfg.on_nonfinite_loss not in NONFINITE_LOSS:
+        raise choice_error("on_nonfinite_loss", cfg.on_nonfinite_loss, NONFINITE_LOSS)
 
 
 @dataclass
@@ -127,28 +165,28 @@ class BertConfig(Validated):
 class FinetuneConfig(Validated):
     """One GLUE fine-tuning run. Defaults follow the BERT paper's recipe (Devlin et al. 2019, App. A.3)."""
 
-    task: str = "sst2"
+    task: str = "sst2"  # the GLUE task to fine-tune on
     model: str | None = None  # None: the packaged MiniLM; else a Hugging Face BERT folder or hub id
     glue_dir: str | None = None  # None: $GLUE_DIR, else the nyu-mll/glue dataset when online
-    output_dir: str = "runs/finetune"
-    max_train_samples: int | None = None
-    max_eval_samples: int | None = None
-    epochs: int = 3
-    max_len: int = 128
-    batch_size: int = 32
-    eval_batch_size: int = 128
-    lr: float = 2e-5
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    max_grad_norm: float = 1.0
-    classifier_dropout: float = 0.1
-    bucket_by_length: bool = False
-    seed: int = 0
+    output_dir: str = "runs/finetune"  # checkpoints, weights and metrics.json; a rerun resumes from here
+    max_train_samples: int | None = None  # train on a seeded random subset of this many examples (None: all)
+    max_eval_samples: int | None = None  # evaluate on a seeded random subset of each dev split (None: all)
+    epochs: int = 3  # passes over the training set
+    max_len: int = 128  # tokens per example, [CLS] and [SEP] included; longer ones are cut
+    batch_size: int = 32  # examples per optimiser step (the global batch, over all processes)
+    eval_batch_size: int = 128  # examples per forward pass when evaluating
+    lr: float = 2e-5  # peak learning rate of AdamW
+    weight_decay: float = 0.01  # AdamW's decoupled weight decay; biases and LayerNorm are not decayed
+    warmup_ratio: float = 0.1  # share of the steps the learning rate rises linearly, then decays to 0
+    max_grad_norm: float = 1.0  # clip the gradient's global norm to this (0: no clipping)
+    classifier_dropout: float = 0.1  # dropout before the classifier head
+    bucket_by_length: bool = False  # batch examples of similar length together: less padding, faster on CPUs
+    seed: int = 0  # seeds the model's head, dropout, subsets and batch order
     save_every: int = 0  # also checkpoint every N optimiser steps (0: end of each epoch only)
     keep_checkpoint: bool = False  # keep checkpoint.pt (optimiser state too) after the run completes
-    mixed_precision: str = "no"  # accelerate: no | fp16 | bf16
+    mixed_precision: str = "no"  # accelerate's autocast; fp16 needs a CUDA GPU, bf16 also runs on CPUs
     on_nonfinite_loss: str = "stop"  # stop: fail keeping the last good checkpoint; skip: drop that step
-    method: str = "vanilla"
+    method: str = "vanilla"  # the attention method fine-tuned (vanilla: plain BERT)
     sparsegen_lambda: float = -4.0  # ssaf: sparsegen-lin's lambda (Cui et al. 2019 use -4 on SST-2)
     asa_tau: float = 0.3  # asa: keep-count penalty weight, applied as tau^2 (Wu et al. 2023, Table 5: 0.3)
     asa_noise: str = "none"  # asa: none = the authors' deterministic step; logistic = binary Concrete sample
@@ -170,29 +208,17 @@ class FinetuneConfig(Validated):
 
         get_task(self.task)
         _positive(self, "epochs", "max_len", "batch_size", "eval_batch_size", "lr")
-        _fraction(self, "warmup_ratio", "classifier_dropout")
-        for name in ("max_train_samples", "max_eval_samples"):
-            if getattr(self, name) is not None and getattr(self, name) <= 0:
-                raise UsageError(f"FinetuneConfig.{name} must be > 0, got {getattr(self, name)!r}")
-        if self.weight_decay < 0 or self.max_grad_norm < 0 or self.save_every < 0:
-            raise UsageError("weight_decay, max_grad_norm and save_every must be >= 0")
-        if self.mixed_precision not in ("no", "fp16", "bf16"):
-            raise choice_error("mixed precision", self.mixed_precision, ["no", "fp16", "bf16"])
+        _optional_positive(self, "max_train_samples", "max_eval_samples")
+        _fraction(self, "warmup_ratio", "classifier_dropout", "bernoulli_p", "ssa_threshold")
+        _non_negative(self, "weight_decay", "max_grad_norm", "save_every", "asa_tau")
+        _unit_interval(self, "ssa_target_weight", "ssa_cls_weight")
+        _shared_run_checks(self)
         if not self.sparsegen_lambda < 1:
             raise UsageError(f"FinetuneConfig.sparsegen_lambda must be < 1, got {self.sparsegen_lambda!r}")
-        if self.asa_tau < 0 or not 0 <= self.bernoulli_p < 1:
-            raise UsageError(f"asa_tau must be >= 0 and bernoulli_p in [0, 1), got {self.asa_tau!r}, "
-                             f"{self.bernoulli_p!r}")
-        _fraction(self, "ssa_threshold")
-        if not (0 <= self.ssa_target_weight <= 1 and 0 <= self.ssa_cls_weight <= 1):
-            raise UsageError(f"ssa_target_weight and ssa_cls_weight must be in [0, 1], got "
-                             f"{self.ssa_target_weight!r}, {self.ssa_cls_weight!r}")
-        if self.ssa_label_mode not in ("code", "paper"):
-            raise choice_error("ssa_label_mode", self.ssa_label_mode, ["code", "paper"])
-        if self.asa_noise not in ("none", "logistic"):
-            raise choice_error("asa_noise", self.asa_noise, ["none", "logistic"])
-        if self.on_nonfinite_loss not in ("stop", "skip"):
-            raise choice_error("on_nonfinite_loss", self.on_nonfinite_loss, ["stop", "skip"])
+        if self.ssa_label_mode not in SSA_LABEL_MODES:
+            raise choice_error("ssa_label_mode", self.ssa_label_mode, SSA_LABEL_MODES)
+        if self.asa_noise not in ASA_NOISE:
+            raise choice_error("asa_noise", self.asa_noise, ASA_NOISE)
         if self.method not in METHODS:
             raise choice_error("method", self.method, METHODS)
 
@@ -212,27 +238,27 @@ class PretrainConfig(Validated):
     method: str = "mlm"  # mlm | ag
     corpus: str | None = None  # a text file, one sentence or paragraph a line; None: see glue_dir
     glue_dir: str | None = None  # without corpus: GLUE training sentences from here or $GLUE_DIR, else generated
-    output_dir: str = "runs/pretrain"
-    max_steps: int = 300
+    output_dir: str = "runs/pretrain"  # checkpoints, the trained model folder and metrics.json; reruns resume
+    max_steps: int = 300  # optimiser steps of the run
     max_len: int = 64  # tokens per block; lines are packed whole into blocks
-    batch_size: int = 32
+    batch_size: int = 32  # blocks per optimiser step
     eval_blocks: int = 64  # held-out blocks scored every eval_every steps, with fixed masks
     eval_every: int = 50  # also the checkpoint interval
     log_every: int = 10  # train loss curve: mean over each window of this many steps
-    lr: float = 1e-4
-    warmup_steps: int = 0
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
+    lr: float = 1e-4  # peak learning rate of AdamW
+    warmup_steps: int = 0  # steps the learning rate rises linearly, then decays linearly to 0
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay; biases and LayerNorm are not decayed
+    max_grad_norm: float = 1.0  # clip the gradient's global norm to this (0: no clipping)
     mlm_probability: float = 0.15  # share of real tokens predicted: 80% [MASK], 10% random, 10% kept
-    num_layers: int = 4
-    hidden_size: int = 128
-    num_heads: int = 8
-    intermediate_size: int = 512
-    hidden_dropout: float = 0.1
-    attention_dropout: float = 0.1
-    seed: int = 0
-    keep_checkpoint: bool = False
-    mixed_precision: str = "no"  # accelerate: no | fp16 | bf16
+    num_layers: int = 4  # encoder layers of the new model
+    hidden_size: int = 128  # its width d
+    num_heads: int = 8  # its attention heads; must divide hidden_size
+    intermediate_size: int = 512  # its feed-forward width
+    hidden_dropout: float = 0.1  # dropout on embeddings and sub-layer outputs
+    attention_dropout: float = 0.1  # dropout on the attention probabilities
+    seed: int = 0  # seeds the initial weights, masks, held-out blocks and batch order
+    keep_checkpoint: bool = False  # keep checkpoint.pt (optimiser state too) after the run completes
+    mixed_precision: str = "no"  # accelerate's autocast; fp16 needs a CUDA GPU, bf16 also runs on CPUs
     on_nonfinite_loss: str = "stop"  # stop: fail keeping the last good checkpoint; skip: drop that step
     ag_scale: float = 10.0  # ag: alpha_0 (paper: 10 for 12/16 layers, 100 for 8; code default 10)
     ag_plateau_steps: int = 0  # ag: steps at alpha_0 before the linear decay (the code: 20000)
@@ -256,13 +282,8 @@ class PretrainConfig(Validated):
             raise UsageError(f"PretrainConfig.max_len must be at least 8, got {self.max_len!r}")
         if self.hidden_size % self.num_heads:
             raise UsageError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
-        for name in ("warmup_steps", "weight_decay", "max_grad_norm", "ag_scale", "ag_plateau_steps"):
-            if getattr(self, name) < 0:
-                raise UsageError(f"PretrainConfig.{name} must be >= 0, got {getattr(self, name)!r}")
-        if self.mixed_precision not in ("no", "fp16", "bf16"):
-            raise choice_error("mixed precision", self.mixed_precision, ["no", "fp16", "bf16"])
-        if self.on_nonfinite_loss not in ("stop", "skip"):
-            raise choice_error("on_nonfinite_loss", self.on_nonfinite_loss, ["stop", "skip"])
+        _non_negative(self, "warmup_steps", "weight_decay", "max_grad_norm", "ag_scale", "ag_plateau_steps")
+        _shared_run_checks(self)
         if self.ag_reduction not in REDUCTIONS:
             raise choice_error("ag_reduction", self.ag_reduction, REDUCTIONS)
         if self.ag_boundary not in BOUNDARIES:
@@ -270,12 +291,13 @@ class PretrainConfig(Validated):
         if self.ag_attention == "post":
             raise UsageError("ag_attention 'post' (the authors' code scores maps after attention dropout) is not "
                              "available yet: BertModel returns pre-dropout maps only (valid: pre)")
-        if self.ag_attention != "pre":
-            raise choice_error("ag_attention", self.ag_attention, ["pre"])
+        if self.ag_attention not in AG_ATTENTION:
+            raise choice_error("ag_attention", self.ag_attention, AG_ATTENTION)
         assign_heads(self.ag_head_types, self.num_heads)
 
 
 PRETRAIN_METHODS = ("mlm", "ag")
+AG_ATTENTION = ("pre",)  # which attention maps AG scores; "post" (after dropout, the code's) is not available
 
 
 @dataclass
@@ -289,23 +311,23 @@ class MultitaskConfig(Validated):
     tasks: str = "sst2,rte,stsb"  # comma list of GLUE tasks, one head each (e.g. sst2,qqp,stsb)
     model: str | None = None  # None: the packaged MiniLM; else a Hugging Face BERT folder or hub id
     glue_dir: str | None = None  # None: $GLUE_DIR, else the nyu-mll/glue dataset when online
-    output_dir: str = "runs/multitask"
-    max_train_samples: int | None = None  # per task
-    max_eval_samples: int | None = None  # per task
-    epochs: int = 3
-    max_len: int = 128
+    output_dir: str = "runs/multitask"  # checkpoints, weights and metrics.json; a rerun resumes from here
+    max_train_samples: int | None = None  # per task: a seeded random subset of this many examples (None: all)
+    max_eval_samples: int | None = None  # per task: a seeded random subset of each dev split (None: all)
+    epochs: int = 3  # passes over the training sets
+    max_len: int = 128  # tokens per example, [CLS] and [SEP] included; longer ones are cut
     batch_size: int = 32  # every batch holds one task's examples
-    eval_batch_size: int = 128
-    lr: float = 2e-5
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    max_grad_norm: float = 1.0
-    classifier_dropout: float = 0.1
-    bucket_by_length: bool = False
-    seed: int = 0
+    eval_batch_size: int = 128  # examples per forward pass when evaluating
+    lr: float = 2e-5  # peak learning rate of AdamW
+    weight_decay: float = 0.01  # AdamW's decoupled weight decay; biases and LayerNorm are not decayed
+    warmup_ratio: float = 0.1  # share of the steps the learning rate rises linearly, then decays to 0
+    max_grad_norm: float = 1.0  # clip the gradient's global norm to this (0: no clipping)
+    classifier_dropout: float = 0.1  # dropout before each task's head
+    bucket_by_length: bool = False  # batch examples of similar length together: less padding, faster on CPUs
+    seed: int = 0  # seeds the heads, dropout, subsets, task schedule and batch order
     save_every: int = 0  # also checkpoint every N optimiser steps (0: end of each epoch only)
     keep_checkpoint: bool = False  # keep checkpoint.pt (optimiser state too) after the run completes
-    mixed_precision: str = "no"  # accelerate: no | fp16 | bf16
+    mixed_precision: str = "no"  # accelerate's autocast; fp16 needs a CUDA GPU, bf16 also runs on CPUs
     on_nonfinite_loss: str = "stop"  # stop: fail keeping the last good checkpoint; skip: drop that step
     schedule: str = "proportional"  # which task each step trains: round_robin | proportional | annealed
     schedule_alpha_end: float = 0.2  # annealed: sampling exponent of the last epoch (Stickland & Murray: 0.2)
@@ -340,23 +362,78 @@ class MultitaskConfig(Validated):
             if name.strip().lower().replace("-", "") not in names:
                 raise choice_error("SSA task", name, ["none", "all", *names])
         _positive(self, "epochs", "max_len", "batch_size", "eval_batch_size", "lr")
+        _optional_positive(self, "max_train_samples", "max_eval_samples")
         _fraction(self, "warmup_ratio", "classifier_dropout")
-        for name in ("max_train_samples", "max_eval_samples"):
-            if getattr(self, name) is not None and getattr(self, name) <= 0:
-                raise UsageError(f"MultitaskConfig.{name} must be > 0, got {getattr(self, name)!r}")
-        if self.weight_decay < 0 or self.max_grad_norm < 0 or self.save_every < 0:
-            raise UsageError("weight_decay, max_grad_norm and save_every must be >= 0")
+        _non_negative(self, "weight_decay", "max_grad_norm", "save_every")
+        _unit_interval(self, "schedule_alpha_end", "ssa_target_weight")
+        _shared_run_checks(self)
         if self.schedule not in MULTITASK_SCHEDULES:
             raise choice_error("schedule", self.schedule, MULTITASK_SCHEDULES)
-        if not (0 <= self.schedule_alpha_end <= 1 and 0 <= self.ssa_target_weight <= 1):
-            raise UsageError(f"schedule_alpha_end and ssa_target_weight must be in [0, 1], got "
-                             f"{self.schedule_alpha_end!r}, {self.ssa_target_weight!r}")
-        if self.mixed_precision not in ("no", "fp16", "bf16"):
-            raise choice_error("mixed precision", self.mixed_precision, ["no", "fp16", "bf16"])
-        if self.on_nonfinite_loss not in ("stop", "skip"):
-            raise choice_error("on_nonfinite_loss", self.on_nonfinite_loss, ["stop", "skip"])
-        if self.ssa_label_mode not in ("code", "paper"):
-            raise choice_error("ssa_label_mode", self.ssa_label_mode, ["code", "paper"])
+        if self.ssa_label_mode not in SSA_LABEL_MODES:
+            raise choice_error("ssa_label_mode", self.ssa_label_mode, SSA_LABEL_MODES)
 
 
 MULTITASK_SCHEDULES = ("round_robin", "proportional", "annealed")
+
+
+# ----------------------------------------------------------------------------------------------
+# Checks that need the machine or the model, made once before a run starts
+
+
+def check_mixed_precision(mixed_precision: str) -> None:
+    """Raise for fp16 on a machine without a CUDA GPU, where the run would go on without a word of warning.
+
+    Not part of validate(): a config saved by a GPU run must still load on a laptop (to probe its model),
+    and a sweep's dry run of a GPU grid must still read on one.
+    """
+    import torch
+
+    if mixed_precision == "fp16" and not torch.cuda.is_available():
+        raise UsageError("mixed_precision 'fp16' needs a CUDA GPU and none is available: fp16 autocast runs on "
+                         "GPUs only (valid here: no, bf16)")
+
+
+# ----------------------------------------------------------------------------------------------
+# What --help says about each field
+
+
+@functools.cache
+def field_docs(cls) -> dict[str, str]:
+    """Each field's trailing `# ...` comment, with the `#   ...` lines that continue it, by field name.
+
+    The comments stay the one place a field is documented, beside its default; the CLI reads them for its
+    --help instead of keeping a second copy that would drift.
+    """
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):  # installed without its .py sources: options keep their defaults, no text
+        return {}
+    comments = {tok.start[0]: tok.string.lstrip("#").strip()
+                for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
+    lines = source.splitlines()
+    docs = {}
+    for node in ast.parse(source).body[0].body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            row = node.end_lineno  # 1-based, so lines[row] is the line below the field
+            parts = [comments.get(row, "")]
+            while row < len(lines) and lines[row].strip().startswith("#"):
+                parts.append(comments[row + 1])
+                row += 1
+            docs[node.target.id] = " ".join(p for p in parts if p)
+    return docs
+
+
+def field_choices(cls) -> dict[str, tuple[str, ...]]:
+    """The valid names of the fields that take one from a registry: validate() checks them, --help lists them."""
+    from .ag import BOUNDARIES, REDUCTIONS
+    from .glue import GLUE_TASKS
+
+    per_class = {
+        FinetuneConfig: {"task": tuple(GLUE_TASKS), "method": METHODS, "ssa_label_mode": SSA_LABEL_MODES,
+                         "asa_noise": ASA_NOISE},
+        MultitaskConfig: {"tasks": tuple(GLUE_TASKS), "ssa": ("none", "all", *GLUE_TASKS),
+                          "schedule": MULTITASK_SCHEDULES, "ssa_label_mode": SSA_LABEL_MODES},
+        PretrainConfig: {"method": PRETRAIN_METHODS, "ag_reduction": REDUCTIONS, "ag_boundary": BOUNDARIES,
+                         "ag_attention": AG_ATTENTION},
+    }
+    return {"mixed_precision": MIXED_PRECISION, "on_nonfinite_loss": NONFINITE_LOSS, **per_class.get(cls, {})}

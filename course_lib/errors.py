@@ -1,8 +1,15 @@
-"""One exception type for every mistake a user can make.
+"""One exception type for every mistake a user can make, helpers that word its messages, and the command
+lines' shared parser and error reporter.
 
 The CLI and the notebook config cells catch `UsageError` and print its message on one line
 (exit code 2) instead of a traceback: the message must name the bad value and the valid ones.
+Every entry point (`course_lib`, `.notebooks`, `.sweep`, `.collect`, `.check`, `.gpu_check`) builds its
+parser from `Parser` and runs through `report_errors`; they live here, the bottom layer, so that no entry
+point imports another to get them.
 """
+import argparse
+import math
+import sys
 
 
 class UsageError(ValueError):
@@ -14,5 +21,58 @@ def choice_error(what: str, value, valid) -> UsageError:
     return UsageError(f"unknown {what} {value!r} (valid: {', '.join(sorted(map(str, valid)))})")
 
 
+def yaml_float(x: float) -> str:
+    """A float as YAML 1.1 reads it back as a float: it needs a '.' and a signed exponent (5.0e-05)."""
+    mantissa, exponent = f"{x:e}".split("e")
+    mantissa = mantissa.rstrip("0")
+    return f"{mantissa}0e{exponent}" if mantissa.endswith(".") else f"{mantissa}e{exponent}"
+
+
+def yaml_float_hint(value) -> str:
+    """'; YAML reads 5e-5 as text, write 5.0e-05' for text that Python reads as a finite float, else ''.
+
+    PyYAML follows YAML 1.1, whose floats need a '.' and a signed exponent, so 5e-5 in a grid file, a
+    preset or a --set arrives as the string '5e-5', and the bare type error does not say why.
+    """
+    if not isinstance(value, str):
+        return ""
+    try:
+        number = float(value)
+    except ValueError:
+        return ""
+    return f"; YAML reads {value} as text, write {yaml_float(number)}" if math.isfinite(number) else ""
+
+
 class RunFailed(RuntimeError):
     """A run that cannot go on (a NaN loss, say); the message says why and what was kept."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but its errors raise UsageError (one line), and an unknown option lists the valid ones."""
+
+    def error(self, message: str):
+        raise UsageError(message)
+
+    def options(self) -> list[str]:
+        return sorted(o for a in self._actions for o in a.option_strings if o.startswith("--") and o != "--help")
+
+    def parse_strict(self, argv: list[str] | None) -> argparse.Namespace:
+        args, extra = self.parse_known_args(sys.argv[1:] if argv is None else argv)
+        if extra:
+            raise UsageError(f"unknown option {extra[0]!r} (valid: {', '.join(self.options())})")
+        return args
+
+
+def report_errors(body, interrupted: str) -> int:
+    """Run body() and turn a user's mistake or a failed run into one line on stderr and an exit code."""
+    try:
+        return body()
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except RunFailed as err:
+        print(f"run failed: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"interrupted: {interrupted}", file=sys.stderr)
+        return 130

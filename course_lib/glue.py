@@ -10,6 +10,7 @@ the other classification tasks use the 0/1 written in the files.
 """
 
 import csv
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,7 @@ class GlueTask:
     metrics: tuple[str, ...]  # names for metrics.compute_metrics
     dev_splits: tuple[str, ...] = ("dev",)  # mnli: ('dev_matched', 'dev_mismatched')
     tsv: TsvLayout = field(kw_only=True)  # where the same fields sit in the GLUE TSV files
+    label_range: tuple[float, float] | None = field(default=None, kw_only=True)  # regression: lowest, highest score
 
     @property
     def is_regression(self) -> bool:
@@ -77,7 +79,7 @@ GLUE_TASKS: dict[str, GlueTask] = {
         GlueTask("qqp", "QQP", ("question1", "question2"), _BINARY, ("accuracy", "f1"),
                  tsv=TsvLayout(("question1", "question2"), "is_duplicate")),
         GlueTask("stsb", "STS-B", _PAIR, None, ("pearson", "spearmanr"),
-                 tsv=TsvLayout(_PAIR, "score")),
+                 tsv=TsvLayout(_PAIR, "score"), label_range=(0.0, 5.0)),
         GlueTask("mnli", "MNLI", ("premise", "hypothesis"),
                  ("entailment", "neutral", "contradiction"), ("accuracy",),
                  ("dev_matched", "dev_mismatched"), tsv=TsvLayout(_PAIR, "gold_label")),
@@ -188,13 +190,27 @@ def _read_rows(path: Path, task: GlueTask) -> list[Example]:
 
 def _parse_label(task: GlueTask, text: str, where: str) -> int | float:
     if task.label_names is None:
-        try:
-            return float(text)
-        except ValueError:
-            raise UsageError(f"{where}: score {text!r} is not a number") from None
+        return _parse_score(task, text, where)
     if text not in task.label_names:
         raise UsageError(f"{where}: unknown label {text!r} (valid: {', '.join(task.label_names)})")
     return task.label_names.index(text)
+
+
+def _parse_score(task: GlueTask, text: str, where: str) -> float:
+    """A regression label, refused here when not finite or outside the task's range.
+
+    float() accepts 'nan' and 'inf'. Let through, a NaN score surfaces later as a NaN loss whose message
+    blames the learning rate, and an out-of-range one (17 on STS-B's 0-5 scale) trains silently.
+    """
+    try:
+        score = float(text)
+    except ValueError:
+        raise UsageError(f"{where}: score {text!r} is not a number") from None
+    low, high = task.label_range or (-math.inf, math.inf)
+    if not math.isfinite(score) or not low <= score <= high:
+        valid = f"{low:g} to {high:g}" if task.label_range else "a finite number"
+        raise UsageError(f"{where}: score {text!r} is out of range for {task.name} (valid: {valid})")
+    return score
 
 
 def _load_from_hub(task: GlueTask, split: str) -> list[Example]:

@@ -34,8 +34,7 @@ from pathlib import Path
 
 import torch
 
-from .cli import Parser, report_errors
-from .errors import UsageError, choice_error
+from .errors import Parser, UsageError, choice_error, report_errors
 
 SHAPES = {  # Hugging Face config fields; base is bert-base-uncased's shape
     "base": dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,

@@ -9,7 +9,8 @@ Degenerate input: a correlation is undefined when either side is constant (zero 
 a regression head that predicts the same score for every example. We return 0.0 there, silently
 (no RuntimeWarning per evaluation), because a constant predictor carries no information about
 the ranking; scikit-learn's Matthews correlation makes the same choice. F1 with no predicted
-positives is 0.0, also without a warning.
+positives is 0.0, also without a warning. Such a run is not silent, though: `degenerate_predictions`
+names it, and the training loops log its answer and keep it under `warnings` in metrics.json.
 """
 
 from collections.abc import Callable, Sequence
@@ -56,6 +57,35 @@ def spearmanr(predictions: ArrayLike, labels: ArrayLike) -> float:
     if _is_constant(x) or _is_constant(y):
         return 0.0
     return float(stats.spearmanr(x, y)[0])
+
+
+CONSTANT_SPREAD = 1e-6  # a regression's predictions whose std is below this fraction of the labels' are constant
+
+
+def degenerate_predictions(predictions: ArrayLike, labels: ArrayLike,
+                           label_names: Sequence[str] | None) -> str | None:
+    """Why these dev predictions carry no information, or None when they vary as the labels do.
+
+    A classifier that answers one class for every example still gets the majority rate: MRPC's dev set gives
+    accuracy 0.665 and F1 0.799 to a model that learnt nothing, numbers that read like a weak result. Likewise
+    a regression head whose output is constant (exactly, or with a spread below CONSTANT_SPREAD of the
+    labels'). `label_names` as in the task registry: class names by id, None for regression. When the labels
+    themselves are all one value, one predicted value is no evidence of anything, so it is not flagged.
+    """
+    x, y = np.asarray(predictions, dtype=float), np.asarray(labels, dtype=float)
+    if len(x) < 2 or _is_constant(y):
+        return None
+    if label_names is not None:
+        if not _is_constant(x):
+            return None
+        cls = int(x[0])
+        name = f" ({label_names[cls]})" if 0 <= cls < len(label_names) and label_names[cls] != str(cls) else ""
+        return f"all {len(x)} predictions are class {cls}{name}: the scores are those of a constant guess"
+    spread, label_spread = float(np.std(x)), float(np.std(y))
+    if not (_is_constant(x) or spread < CONSTANT_SPREAD * label_spread):
+        return None
+    return (f"all {len(x)} predictions are {float(np.mean(x)):.4g} (std {spread:.2g}, labels' std "
+            f"{label_spread:.2g}): the scores are those of a constant guess")
 
 
 METRICS: dict[str, Callable[[ArrayLike, ArrayLike], float]] = {

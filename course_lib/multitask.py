@@ -2,7 +2,7 @@
 
 The CS224N default project (minBERT) trains one BERT for sentiment (SST), paraphrase (Quora) and similarity
 (SemEval STS) at once; the CS224N report "Enhancing BERT with Self-Supervised Attention" adds an SSA loss to
-every task and scores a run by the mean of the three dev metrics (../shared/docs/algorithms.md, section 2).
+every task and scores a run by the mean of the three dev metrics (quoted in notebook 02).
 Here the tasks are any GLUE tasks of the registry in `glue.py` (sst2, mrpc or qqp, stsb; rte stands in for
 paraphrase where only SST-2, CoLA, RTE and STS-B are at hand), and SSA is SSA-Co of Kou et al. (2020), not the
 report's loosely described variant: per task, the token head of `course_lib.ssa` learns which tokens the
@@ -31,11 +31,11 @@ from .allocator import keep_freed_memory
 from .config import FinetuneConfig, MultitaskConfig
 from .errors import UsageError
 from .heads import ClassifierOutput, SequenceClassifier
-from .repro import (atomic_write, progress, remove_stale_temporaries, save_torch, seed_everything,
-                    training_state, write_json)
-from .train import (CHECKPOINT, METRICS, WEIGHTS, _batch_loss, _finished, build_classifier, epoch_features,
-                    evaluate, guarded_step, linear_warmup_decay, param_groups, resume)
-from .weights import load_pretrained
+from .repro import (atomic_write, check_writable_dir, progress, remove_stale_temporaries, save_torch,
+                    seed_everything, training_state, write_json)
+from .train import (CHECKPOINT, METRICS, WEIGHTS, _batch_loss, _finished, build_classifier, dev_entry,
+                    epoch_features, guarded_step, linear_warmup_decay, param_groups, resume, task_examples)
+from .weights import check_runnable, load_pretrained
 
 _SCHEDULE_STREAM = 1  # keeps the schedule's random numbers apart from epoch_batches' (seed, epoch) stream
 
@@ -158,6 +158,8 @@ def train_multitask(cfg: MultitaskConfig) -> dict:
     done = _finished(out, cfg)
     if done is not None:
         return done  # the same command after completion costs nothing
+    check_runnable(cfg)  # fp16 without a GPU, sequences longer than the model's positions
+    check_writable_dir(out)  # here, not at the first checkpoint an epoch later
     keep_freed_memory()
     accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision)
     if accelerator.num_processes > 1:
@@ -170,10 +172,9 @@ def train_multitask(cfg: MultitaskConfig) -> dict:
     model, pad_id = build_multitask(cfg, encoder, tokenizer), tokenizer.pad_token_id
     train, dev = {}, {}
     for t in tasks:
-        examples = glue.subsample(glue.load_split(t, "train", cfg.glue_dir), cfg.max_train_samples, cfg.seed)
+        examples, dev_examples = task_examples(views[t.name], t)
         train[t.name] = glue.encode(examples, tokenizer, cfg.max_len)
-        dev[t.name] = {s: glue.encode(glue.subsample(glue.load_split(t, s, cfg.glue_dir), cfg.max_eval_samples,
-                                                     cfg.seed), tokenizer, cfg.max_len) for s in t.dev_splits}
+        dev[t.name] = {s: glue.encode(ex, tokenizer, cfg.max_len) for s, ex in dev_examples.items()}
 
     steps_per_epoch = sum(math.ceil(len(train[t.name]) / cfg.batch_size) for t in tasks)
     total_steps = steps_per_epoch * cfg.epochs
@@ -184,9 +185,8 @@ def train_multitask(cfg: MultitaskConfig) -> dict:
     state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "history": [], "train_seconds": 0.0,
              "skipped_steps": 0, "epoch_totals": {}}
     ckpt_path = out / CHECKPOINT
-    for folder in (out, *(out / t.name for t in tasks)):  # task folders hold the SSA label caches
-        if folder.is_dir():
-            remove_stale_temporaries(folder)
+    for folder in (out, *(out / t.name for t in tasks if (out / t.name).is_dir())):  # task folders: SSA caches
+        remove_stale_temporaries(folder)
     if (ckpt := resume(ckpt_path, cfg, out, model, optimizer, scheduler)) is not None:
         state = ckpt["state"]
         accelerator.print(f"resuming {out} at epoch {state['epoch'] + 1}, step {state['step_in_epoch']}")
@@ -200,11 +200,12 @@ def train_multitask(cfg: MultitaskConfig) -> dict:
         result = {"config": cfg.to_dict(), "tasks": [t.name for t in tasks], "status": status,
                   "history": state["history"], "train_steps": state["global_step"],
                   "skipped_steps": state["skipped_steps"], "train_examples": {k: len(v) for k, v in train.items()},
-                  "timing": {"train_seconds": round(state["train_seconds"], 1)}}
+                  "timing": {"train_seconds": round(state["train_seconds"], 1)}, "warnings": []}
         if state["history"]:
             last = state["history"][-1]
             result.update(dev={k: {s: m for s, m in v.items() if s.startswith("dev")}
-                               for k, v in last["tasks"].items()}, overall=last["overall"])
+                               for k, v in last["tasks"].items()}, overall=last["overall"],
+                          warnings=[w for v in last["tasks"].values() for w in v.get("warnings", [])])
         write_json(out / METRICS, result)
         return result
 
@@ -253,7 +254,7 @@ def train_multitask(cfg: MultitaskConfig) -> dict:
             n = totals.pop("steps")
             epoch_loss += totals["loss"]
             with accelerator.autocast():
-                metrics = evaluate(base.heads[t.name], t, dev[t.name], cfg.eval_batch_size, accelerator, pad_id)
+                metrics = dev_entry(base.heads[t.name], t, dev[t.name], cfg.eval_batch_size, accelerator, pad_id)
             per_task[t.name] = {"steps": n, "train_loss": totals.pop("loss") / n if n else None, **epoch_stats[t.name],
                                 **{key: v / n for key, v in totals.items()}, **metrics}  # e.g. ssa_loss
         state["history"].append({"epoch": epoch + 1, "train_loss": epoch_loss / steps_per_epoch,

@@ -26,14 +26,14 @@ from pathlib import Path
 
 import yaml
 
-from .cli import Parser, report_errors
-from .errors import UsageError, choice_error
+from .errors import Parser, UsageError, choice_error, report_errors, yaml_float_hint
 from .repro import progress_disabled, write_json
 
 # The repository's notebooks; tests point ATTENTION_LAB_NOTEBOOKS at a folder of their own.
 NOTEBOOK_DIR = Path(os.environ.get("ATTENTION_LAB_NOTEBOOKS") or Path(__file__).resolve().parent.parent / "notebooks")
 PRESETS = ("smoke", "cpu", "paper")  # CPU minutes; GLUE_DIR, about an hour on a laptop; GPU, the paper's setup
-KERNEL = "attention-lab"  # installed into the venv by `make` (python -m ipykernel install --sys-prefix)
+KERNEL = "attention-lab"  # `make` installs it into the venv: the venv's python, then INSTALL_KERNEL
+INSTALL_KERNEL = f"-m ipykernel install --sys-prefix --name {KERNEL} --display-name {KERNEL}"
 LITERALS = (str, int, float, bool, list, dict, tuple, type(None))  # what a parameters cell may hold
 RUN_KEYS = ("notebook", "preset", "kernel", "output_dir")  # what a run takes besides notebook parameters
 
@@ -85,8 +85,9 @@ def check_parameters(notebook: str, values: dict, where: str = "parameter") -> d
         expected = schema[key]
         same = value is None or type(value) is type(expected) or (isinstance(expected, float) and type(value) is int)
         if not same:
+            hint = yaml_float_hint(value) if isinstance(expected, float) else ""
             raise UsageError(f"{where} {key} must be {_type_name(expected)} (like {expected!r}), "
-                             f"got {value!r} ({_type_name(value)})")
+                             f"got {value!r} ({_type_name(value)}){hint}")
     preset = values.get("preset", schema.get("preset"))
     if preset is not None and preset not in presets_of(notebook):
         raise choice_error("preset", preset, presets_of(notebook))
@@ -196,8 +197,9 @@ def run_notebook(notebook: str, preset: str = "smoke", overrides: dict | None = 
         KernelSpecManager().get_kernel_spec(kernel)
     except NoSuchKernel:
         valid = sorted(KernelSpecManager().find_kernel_specs())
-        raise UsageError(f"no Jupyter kernel named {kernel!r} (installed: {', '.join(valid)}); `make kernel` "
-                         f"installs {KERNEL!r} into the venv, or pass --kernel python3") from None
+        raise UsageError(f"no Jupyter kernel named {kernel!r} (installed: {', '.join(valid)}); "
+                         f"`{sys.executable} {INSTALL_KERNEL}` installs {KERNEL!r} into the venv "
+                         f"(`make` runs it when it builds .venv), or pass --kernel python3") from None
     out.mkdir(parents=True, exist_ok=True)
     try:
         papermill.execute_notebook(str(notebook_path(name)), str(out / f"{name}.ipynb"), parameters=params,

@@ -38,10 +38,10 @@ from . import glue
 from .ag import AttentionGuidance, ag_scale_at
 from .allocator import keep_freed_memory
 from .bert import BertModel
-from .config import BertConfig, PretrainConfig
+from .config import BertConfig, PretrainConfig, check_mixed_precision
 from .errors import UsageError
-from .repro import (atomic_write, progress, remove_stale_temporaries, save_torch, seed_everything,
-                    training_state, write_json)
+from .repro import (atomic_write, check_writable_dir, progress, remove_stale_temporaries, save_torch,
+                    seed_everything, training_state, write_json)
 from .train import check_same_run, guarded_step, linear_warmup_decay, param_groups, resume
 from .weights import default_model_dir, ours_to_hf
 
@@ -285,6 +285,8 @@ def pretrain(cfg: PretrainConfig) -> dict:
         check_same_run(done["config"], cfg, out)
         if done.get("status") == "complete":
             return done  # the same command after completion costs nothing
+    check_mixed_precision(cfg.mixed_precision)  # fp16 without a GPU
+    check_writable_dir(out)  # here, not at the first checkpoint eval_every steps later
     keep_freed_memory()
     accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision)
     if accelerator.num_processes > 1:
@@ -313,8 +315,7 @@ def pretrain(cfg: PretrainConfig) -> dict:
     state = {"step": 0, "train_curve": [], "eval_curve": [], "window": {}, "skipped_steps": 0,
              "train_seconds": 0.0, "eval_seconds": 0.0}
     ckpt_path = out / CHECKPOINT
-    if out.is_dir():
-        remove_stale_temporaries(out)
+    remove_stale_temporaries(out)  # the folder exists: check_writable_dir made it
     if (ckpt := resume(ckpt_path, cfg, out, model, optimizer, scheduler)) is not None:
         if ckpt["corpus"] != corpus:
             raise UsageError(f"{out} was trained on another corpus ({ckpt['corpus']['source']}, "

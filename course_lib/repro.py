@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .errors import UsageError
+
 
 def seed_everything(seed: int) -> None:
     """Seed Python, NumPy and torch before the model is built, so CPU runs repeat exactly."""
@@ -41,6 +43,28 @@ def atomic_write(path: str | os.PathLike, write) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def check_writable_dir(path: str | os.PathLike) -> Path:
+    """Create the output folder and write and remove a probe file in it, before any data, weights or step.
+
+    Otherwise a folder that is a file, sits under a file or is read-only shows up only at the first
+    checkpoint, an epoch into the run, as a traceback. The probe is named like an interrupted write, so
+    `remove_stale_temporaries` clears it should a kill land in between.
+    """
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".write-probe.", suffix=".tmp")
+        os.close(fd)
+        Path(probe).unlink(missing_ok=True)
+    except OSError as err:
+        blocker = next((p for p in (path, *path.parents) if p.exists()), None)
+        why = f"{blocker} is a file, not a folder" if blocker is not None and not blocker.is_dir() \
+            else err.strerror or type(err).__name__
+        raise UsageError(f"output folder {str(path)!r} cannot be written: {why} "
+                         f"(give an --output-dir you can write to)") from None
+    return path
 
 
 def remove_stale_temporaries(folder: str | os.PathLike) -> None:

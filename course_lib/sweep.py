@@ -50,12 +50,12 @@ from pathlib import Path
 
 import yaml
 
-from .cli import Parser, report_errors
 from .collect import write_results
 from .config import FinetuneConfig
-from .errors import UsageError
+from .errors import Parser, UsageError, report_errors, yaml_float_hint
 from .notebooks import NotebookRun
-from .repro import progress, remove_stale_temporaries, write_json
+from .repro import check_writable_dir, progress, remove_stale_temporaries, write_json
+from .weights import check_model
 
 COMMANDS = {"finetune": FinetuneConfig, "notebook": NotebookRun}  # what a grid can run, and its config
 RUN, LOG, LOCK, METRICS = "run.json", "log.txt", ".lock", "metrics.json"  # metrics.json: course_lib.train
@@ -93,27 +93,16 @@ class Run:
 # The grid file
 
 
-def _yaml_float(x: float) -> str:
-    """A float as YAML 1.1 reads it back as a float: it needs a '.' and a signed exponent (5.0e-05)."""
-    mantissa, exponent = f"{x:e}".split("e")
-    mantissa = mantissa.rstrip("0")
-    return f"{mantissa}0e{exponent}" if mantissa.endswith(".") else f"{mantissa}e{exponent}"
-
-
 def _config(path: Path, where: str, values: dict, kind=FinetuneConfig):
     """kind.from_dict, which checks types and ranges, with the file and the key in its errors."""
     try:
         return kind.from_dict(values)
     except UsageError as err:
         message = f"{path}: {where}: {err}"
-        hints = typing.get_type_hints(FinetuneConfig)
+        hints = typing.get_type_hints(kind)
         for key, value in values.items():  # 5e-5 is text to YAML 1.1: say how to write the float
-            if f".{key} must be" in str(err) and isinstance(value, str) \
-                    and float in (typing.get_args(hints[key]) or (hints[key],)):
-                try:
-                    message += f"; YAML reads {value} as text, write {_yaml_float(float(value))}"
-                except ValueError:
-                    pass
+            if f".{key} must be" in str(err) and float in (typing.get_args(hints[key]) or (hints[key],)):
+                message += yaml_float_hint(value)
         raise UsageError(message) from None
 
 
@@ -365,13 +354,37 @@ def one_line(error: str | None) -> str:
 
 
 def _dev_summary(run: Run) -> str:
+    """The run's dev metrics in one line, with its warnings (all predictions one class, say) after them."""
     metrics = _read_json(run.folder / METRICS)
-    return ", ".join(f"{split} {name} {value:.4f}" for split, values in sorted(metrics.items())
-                     if split.startswith("dev") and isinstance(values, dict) for name, value in values.items())
+    scores = ", ".join(f"{split} {name} {value:.4f}" for split, values in sorted(metrics.items())
+                       if split.startswith("dev") and isinstance(values, dict) for name, value in values.items())
+    return scores + "".join(f"  (warning: {line})" for line in metrics.get("warnings") or [])
+
+
+def check_before_running(output_dir: Path, todo: list[Run]) -> None:
+    """Find, before the first child starts, what would otherwise fail every child after its data and model
+    are loaded: an output folder that cannot be written, a model whose checkpoint, config or tokenizer is
+    damaged (each model of the grid read once)."""
+    check_writable_dir(output_dir)
+    for model in sorted({run.config.model for run in todo if isinstance(run.config, FinetuneConfig)}, key=str):
+        check_model(model)
 
 
 # ----------------------------------------------------------------------------------------------
 # The sweep
+
+
+def _list_runs(grid_file: str | Path, output_dir: Path, mine: list[Run], status: dict[str, str], part: str) -> int:
+    """The dry run: each run's status, the tally and the grid file's GPU-hour estimate; nothing is written."""
+    for run in mine:
+        print(f"{status[run.name]:<8}  {run.name}")
+    tally = collections.Counter(status.values())
+    print(f"{output_dir}: {len(mine)} runs{part}: "
+          + ", ".join(f"{tally[s]} {s}" for s in ("complete", "failed", "todo")))
+    hours = gpu_hours(grid_file, mine)
+    if hours is not None:
+        print(f"estimated GPU hours (the grid file's estimate, one GPU): {hours:.1f}")
+    return 0
 
 
 def sweep(grid_file: str | Path, output_dir: str | Path | None = None, shard: tuple[int, int] = (0, 1),
@@ -387,19 +400,12 @@ def sweep(grid_file: str | Path, output_dir: str | Path | None = None, shard: tu
     part = f" (shard {index}/{count} of {len(runs)})" if count > 1 else ""
 
     if dry_run:
-        for run in mine:
-            print(f"{status[run.name]:<8}  {run.name}")
-        tally = collections.Counter(status.values())
-        print(f"{output_dir}: {len(mine)} runs{part}: "
-              + ", ".join(f"{tally[s]} {s}" for s in ("complete", "failed", "todo")))
-        hours = gpu_hours(grid_file, mine)
-        if hours is not None:
-            print(f"estimated GPU hours (the grid file's estimate, one GPU): {hours:.1f}")
-        return 0
+        return _list_runs(grid_file, output_dir, mine, status, part)
 
     skipped = [r for r in mine if status[r.name] == "complete"]
     left = [r for r in mine if status[r.name] == "failed" and not retry_failed]
     todo = [r for r in mine if status[r.name] == "todo" or (status[r.name] == "failed" and retry_failed)]
+    check_before_running(output_dir, todo)
     print(f"{output_dir}: {len(mine)} runs{part}: {len(todo)} to run, {len(skipped)} already complete"
           + (f", {len(left)} failed and not retried" if left else ""))
     complete, failed, busy = [], [(r, _read_json(r.folder / RUN).get("error")) for r in left], []

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -28,10 +29,10 @@ from .errors import RunFailed, UsageError
 from .asa import ASAClassifier
 from .heads import SequenceClassifier
 from .ssa import SSAClassifier
-from .metrics import compute_metrics
-from .repro import (atomic_write, progress, remove_stale_temporaries, restore_training_state, save_torch,
-                    seed_everything, training_state, write_json)
-from .weights import load_pretrained
+from .metrics import compute_metrics, degenerate_predictions
+from .repro import (atomic_write, check_writable_dir, progress, remove_stale_temporaries, restore_training_state,
+                    save_torch, seed_everything, training_state, write_json)
+from .weights import check_runnable, load_pretrained
 
 CHECKPOINT, METRICS, WEIGHTS = "checkpoint.pt", "metrics.json", "model.safetensors"
 
@@ -83,8 +84,13 @@ def predict(model: SequenceClassifier, features: list[dict], batch_size: int, ac
 
 
 def evaluate(model, task: glue.GlueTask, dev_sets: dict[str, list[dict]], batch_size: int,
-             accelerator: Accelerator, pad_token_id: int = 0) -> dict[str, dict[str, float]]:
-    """Metrics per dev split, named as GLUE names them (accuracy, f1, matthews_correlation, ...)."""
+             accelerator: Accelerator, pad_token_id: int = 0,
+             degenerate: list[str] | None = None) -> dict[str, dict[str, float]]:
+    """Metrics per dev split, named as GLUE names them (accuracy, f1, matthews_correlation, ...).
+
+    A split whose predictions are all one class (or constant) scores that class's share, which reads like a
+    result; it gets a warning line in the log and, when `degenerate` is given, a line appended to it.
+    """
     results = {}
     for split, features in dev_sets.items():
         preds = predict(model, features, batch_size, accelerator, pad_token_id)
@@ -92,7 +98,21 @@ def evaluate(model, task: glue.GlueTask, dev_sets: dict[str, list[dict]], batch_
         if not task.is_regression:
             preds = preds.long()
         results[split] = compute_metrics(task.metrics, preds.numpy(), labels)
+        if (problem := degenerate_predictions(preds.numpy(), labels, task.label_names)) is not None:
+            if accelerator.is_main_process:
+                print(f"warning: {task.name} {split}: {problem}", file=sys.stderr, flush=True)
+            if degenerate is not None:
+                degenerate.append(f"{task.name} {split}: {problem}")
     return results
+
+
+def dev_entry(model, task: glue.GlueTask, dev_sets: dict[str, list[dict]], batch_size: int,
+              accelerator: Accelerator, pad_token_id: int = 0) -> dict:
+    """The dev part of an epoch's history entry, for finetune and multitask alike: `evaluate`'s metrics per
+    split, plus `warnings` (a line per degenerate split) only when there are some."""
+    degenerate: list[str] = []
+    metrics = evaluate(model, task, dev_sets, batch_size, accelerator, pad_token_id, degenerate)
+    return {**metrics, "warnings": degenerate} if degenerate else metrics
 
 
 def encoder_overrides(cfg: FinetuneConfig) -> dict:
@@ -227,19 +247,26 @@ def _finished(out: Path, cfg: FinetuneConfig) -> dict | None:
     return result if result.get("status") == "complete" else None
 
 
+def task_examples(cfg: FinetuneConfig, task: glue.GlueTask) -> tuple[list, dict[str, list]]:
+    """(training examples, dev examples per split), each capped by the config's debug limits."""
+    train = glue.subsample(glue.load_split(task, "train", cfg.glue_dir), cfg.max_train_samples, cfg.seed)
+    return train, {s: glue.subsample(glue.load_split(task, s, cfg.glue_dir), cfg.max_eval_samples, cfg.seed)
+                   for s in task.dev_splits}
+
+
 def finetune(cfg: FinetuneConfig) -> dict:
     """Fine-tune, evaluate each epoch, checkpoint, resume; return the metrics.json content."""
     out = Path(cfg.output_dir)
     done = _finished(out, cfg)
     if done is not None:
         return done  # the same command after completion costs nothing
+    check_runnable(cfg)  # fp16 without a GPU, sequences longer than the model's positions
+    check_writable_dir(out)  # here, not at the first checkpoint an epoch later
     keep_freed_memory()
     accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision)
     seed_everything(cfg.seed)
     task = glue.get_task(cfg.task)
-    train_examples = glue.subsample(glue.load_split(task, "train", cfg.glue_dir), cfg.max_train_samples, cfg.seed)
-    dev_examples = {s: glue.subsample(glue.load_split(task, s, cfg.glue_dir), cfg.max_eval_samples, cfg.seed)
-                    for s in task.dev_splits}
+    train_examples, dev_examples = task_examples(cfg, task)
 
     encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
     model = build_classifier(cfg, encoder, task.num_labels, tokenizer)
@@ -255,7 +282,7 @@ def finetune(cfg: FinetuneConfig) -> dict:
 
     state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "history": [], "train_seconds": 0.0}
     ckpt_path = out / CHECKPOINT
-    if accelerator.is_main_process and out.is_dir():
+    if accelerator.is_main_process:  # the folder exists: check_writable_dir made it
         remove_stale_temporaries(out)
     if (ckpt := resume(ckpt_path, cfg, out, model, optimizer, scheduler)) is not None:
         state = ckpt["state"]
@@ -276,7 +303,8 @@ def finetune(cfg: FinetuneConfig) -> dict:
                   "skipped_steps": state.get("skipped_steps", 0),
                   "train_examples": len(train), "timing": {"train_seconds": round(state["train_seconds"], 1)}}
         if state["history"]:
-            result.update({k: v for k, v in state["history"][-1].items() if k.startswith("dev")})
+            result.update({k: v for k, v in state["history"][-1].items() if k.startswith("dev") or k == "warnings"})
+        result.setdefault("warnings", [])  # the last epoch's; [] when its predictions vary as they should
         if accelerator.is_main_process:
             write_json(out / METRICS, result)
         return result
@@ -311,17 +339,16 @@ def finetune(cfg: FinetuneConfig) -> dict:
                 save_checkpoint()
         bar.close()
         state["train_seconds"] += time.perf_counter() - started
-        dev_metrics = evaluate(model, task, dev, cfg.eval_batch_size, accelerator, pad_id)
+        scores = dev_entry(model, task, dev, cfg.eval_batch_size, accelerator, pad_id)
         entry = {"epoch": epoch + 1, "train_loss": state.pop("epoch_loss", 0.0) / steps_per_epoch, **epoch_stats}
         entry.update({k: (torch.tensor(v, dtype=torch.float64) / steps_per_epoch).tolist()
                       for k, v in state.pop("epoch_stats", {}).items()})  # e.g. ASA's masking proportion per layer
-        entry.update({("dev" if s == "dev" else s): m for s, m in dev_metrics.items()})
-        state["history"].append(entry)
+        state["history"].append({**entry, **scores})
         state.update(epoch=epoch + 1, step_in_epoch=0)
         save_checkpoint()
         write_metrics("running")
         accelerator.print(f"epoch {epoch + 1}: " + ", ".join(
-            f"{s} {k} {v:.4f}" for s, m in dev_metrics.items() for k, v in m.items()))
+            f"{s} {k} {v:.4f}" for s in task.dev_splits for k, v in scores[s].items()))
     result = write_metrics("complete")
     if accelerator.is_main_process:  # keep the trained weights; drop the optimiser state unless asked to keep it
         atomic_write(out / WEIGHTS, lambda f: f.write(safetensors_save(base.state_dict())))

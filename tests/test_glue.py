@@ -228,6 +228,26 @@ def test_score_that_is_not_a_number(tmp_path):
     assert f"{path}:2: score 'high' is not a number" in one_line_error(load_split, "stsb", split, tmp_path)
 
 
+@pytest.mark.parametrize("score", ["nan", "inf", "-inf", "17", "-0.5", "5.01"])
+def test_score_not_finite_or_out_of_range_names_file_line_and_range(tmp_path, score):
+    split, text, _ = FIXTURES["stsb"]
+    path = write_split(tmp_path, "STS-B", split, text.replace("\t4.750\n", f"\t{score}\n"))
+    message = one_line_error(load_split, "stsb", split, tmp_path)
+    assert f"{path}:2: score {score!r} is out of range for stsb (valid: 0 to 5)" in message
+
+
+@pytest.mark.parametrize("score", ["0", "5.000", "2.5"])
+def test_scores_at_the_ends_of_the_range_are_read(tmp_path, score):
+    split, text, _ = FIXTURES["stsb"]
+    write_split(tmp_path, "STS-B", split, text.replace("\t4.750\n", f"\t{score}\n"))
+    assert load_split("stsb", split, tmp_path)[0].label == float(score)
+
+
+def test_regression_tasks_declare_their_label_range():
+    assert get_task("stsb").label_range == (0.0, 5.0)
+    assert all(t.label_range is None for t in GLUE_TASKS.values() if not t.is_regression)
+
+
 # ----------------------------------------------------------------------------------------------
 # Subsampling
 

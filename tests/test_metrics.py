@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from course_lib.errors import UsageError
-from course_lib.metrics import METRICS, compute_metrics
+from course_lib.metrics import METRICS, compute_metrics, degenerate_predictions
 
 # A binary confusion matrix written out by hand: tp=3, tn=2, fp=1, fn=2.
 LABELS = [1, 1, 1, 1, 1, 0, 0, 0]
@@ -94,3 +94,23 @@ def test_metrics_module_does_not_import_torch():
     """Data and metrics must not know the model: importing metrics must not pull in torch."""
     code = "import sys, course_lib.metrics; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
+
+
+def test_one_class_or_constant_predictions_are_named():
+    """MRPC's majority guess scores accuracy 0.665 and F1 0.799: the numbers alone do not show it learnt nothing."""
+    assert degenerate_predictions([1] * 8, LABELS, ("0", "1")) == \
+        "all 8 predictions are class 1: the scores are those of a constant guess"
+    assert degenerate_predictions([0] * 8, LABELS, ("entailment", "not_entailment")).startswith(
+        "all 8 predictions are class 0 (entailment): ")
+    labels = [0.0, 1.0, 2.5, 4.0, 5.0]
+    assert degenerate_predictions([2.5] * 5, labels, None).startswith("all 5 predictions are 2.5 (std 0, ")
+    nearly = [2.5 + 1e-9 * i for i in range(5)]  # a spread far below a millionth of the labels'
+    assert degenerate_predictions(nearly, labels, None).startswith("all 5 predictions are 2.5 (std 1.4e-09, ")
+
+
+def test_predictions_that_vary_or_labels_that_do_not_are_not_flagged():
+    assert degenerate_predictions(PREDS, LABELS, ("0", "1")) is None
+    assert degenerate_predictions([1.0, 2.0, 2.0, 3.0, 4.0], [0.0, 1.0, 2.5, 4.0, 5.0], None) is None
+    assert degenerate_predictions([1e-3 * i for i in range(5)], [0.0, 1.0, 2.5, 4.0, 5.0], None) is None
+    assert degenerate_predictions([1, 1, 1], [1, 1, 1], ("0", "1")) is None  # one-class labels: no evidence
+    assert degenerate_predictions([0], [1], ("0", "1")) is None  # one example: no evidence either

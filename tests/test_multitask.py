@@ -5,6 +5,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import BAD, FILLER, GOOD
 
 from course_lib import cli, multitask
@@ -193,6 +194,22 @@ def test_three_real_glue_tasks_loss_falls_and_each_task_is_scored(glue_dir, tmp_
     assert result["overall"] == pytest.approx(sum(primary) / 3)
 
 
+def test_each_task_whose_dev_predictions_are_constant_is_named(tiny_model_dir, toy_glue, tmp_path, monkeypatch,
+                                                               capsys):
+    """A classifier that answers one class and a regressor that answers one score: both flagged per task, in
+    the log and in metrics.json, through the evaluation finetune uses too."""
+    from course_lib import train
+
+    monkeypatch.setattr(train, "predict", lambda model, features, *a, **k: torch.full((len(features),), 1.0))
+    result = train_multitask(tiny(tiny_model_dir, toy_glue, tmp_path, tasks="sst2,stsb", epochs=1))
+    sst2 = "sst2 dev: all 64 predictions are class 1: the scores are those of a constant guess"
+    assert result["warnings"][0] == sst2 and result["warnings"][1].startswith("stsb dev: all 32 predictions are 1 (")
+    assert [w for t in ("sst2", "stsb") for w in result["history"][0]["tasks"][t]["warnings"]] == result["warnings"]
+    assert json.loads((tmp_path / "metrics.json").read_text())["warnings"] == result["warnings"]
+    err = capsys.readouterr().err
+    assert f"warning: {sst2}\n" in err and "warning: stsb dev: all 32 predictions are 1 (std 0, " in err
+
+
 # ----------------------------------------------------------------------------------------------
 # Bad input
 
@@ -202,7 +219,7 @@ def test_three_real_glue_tasks_loss_falls_and_each_task_is_scored(glue_dir, tmp_
     ({"schedule": "random"}, "unknown schedule 'random' (valid: annealed, proportional, round_robin)"),
     ({"ssa": "sst2,cola"}, "unknown SSA task 'cola' (valid: all, none, rte, sst2, stsb)"),
     ({"tasks": "sst2,SST-2"}, "must name distinct GLUE tasks"),
-    ({"schedule_alpha_end": 1.5}, "schedule_alpha_end and ssa_target_weight must be in [0, 1]"),
+    ({"schedule_alpha_end": 1.5}, "MultitaskConfig.schedule_alpha_end must be in [0, 1], got 1.5"),
     ({"epoch": 2}, "unknown MultitaskConfig option 'epoch'"),
 ])
 def test_bad_config_names_the_value_and_the_valid_ones(values, message):

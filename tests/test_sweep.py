@@ -248,3 +248,14 @@ def test_collector_mean_and_sample_std_over_seeds(tmp_path, capsys):
         table_rows = list(csv.DictReader(f))
     assert len(table_rows) == 7 and {"dev_accuracy", "dev_mismatched_accuracy", "lr", "seed"} <= set(table_rows[0])
     assert not list(tmp_path.rglob(".*.tmp"))
+
+
+def test_the_sweep_summary_line_carries_a_runs_warnings(tmp_path):
+    """A run that learnt nothing is complete, but its line in the sweep's output says what its metrics.json says."""
+    run = sweep.Run("seed=0", FinetuneConfig(output_dir=str(tmp_path / "seed=0")))
+    write_metrics(run.folder, "mrpc", {"dev": {"accuracy": 0.665, "f1": 0.799}})
+    assert sweep._dev_summary(run) == "dev accuracy 0.6650, dev f1 0.7990"
+    metrics = json.loads((run.folder / "metrics.json").read_text())
+    line = "mrpc dev: all 408 predictions are class 1: the scores are those of a constant guess"
+    (run.folder / "metrics.json").write_text(json.dumps({**metrics, "warnings": [line]}))
+    assert sweep._dev_summary(run) == f"dev accuracy 0.6650, dev f1 0.7990  (warning: {line})"

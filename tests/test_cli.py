@@ -1,0 +1,181 @@
+"""The command lines' contract: a mistake is one line on stderr and exit code 2 before any training, and
+--help says what each option means, its default and its valid values."""
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from course_lib import cli, notebooks
+from course_lib.config import (
+    FinetuneConfig,
+    MultitaskConfig,
+    PretrainConfig,
+    check_mixed_precision,
+    field_docs,
+)
+from course_lib.errors import UsageError, yaml_float_hint
+from course_lib.glue import GLUE_TASKS
+from course_lib.weights import check_fits_model
+
+CONFIGS = {"finetune": FinetuneConfig, "pretrain": PretrainConfig, "multitask": MultitaskConfig}
+
+
+def one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+# ----------------------------------------------------------------------------------------------
+# Sequences longer than the model's positions
+
+
+def test_max_len_beyond_the_models_positions_exits_2_before_training(tiny_model_dir, keyword_glue, tmp_path):
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "course_lib", "finetune", "--model", str(tiny_model_dir),
+            "--glue-dir", str(keyword_glue), "--max-len", "65", "--output-dir", str(out),
+            "--epochs", "1", "--max-train-samples", "8", "--max-eval-samples", "8"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "CI": "true", "TQDM_DISABLE": "1"})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "max_len 65" in done.stderr and "max_position_embeddings 64" in done.stderr
+    assert not out.exists()  # refused before the run folder was made
+
+
+def test_max_len_that_fits_passes_the_check(tiny_model_dir):
+    check_fits_model(64, str(tiny_model_dir))
+    with pytest.raises(UsageError, match="max_len 513 is more than the model's max_position_embeddings 512"):
+        check_fits_model(513, None)  # the packaged MiniLM
+
+
+@pytest.mark.parametrize("command", ["finetune", "multitask"])
+def test_max_len_is_checked_for_every_command_with_a_pretrained_model(command, tiny_model_dir, tmp_path, capsys):
+    argv = [command, "--model", str(tiny_model_dir), "--max-len", "100", "--glue-dir", str(tmp_path / "none")]
+    assert cli.main(argv) == 2
+    err = one_line(capsys)
+    assert "max_len 100" in err and "max_position_embeddings 64" in err
+
+
+# ----------------------------------------------------------------------------------------------
+# fp16 without a GPU
+
+
+@pytest.mark.parametrize("command", ["finetune", "multitask", "pretrain"])
+def test_fp16_without_a_gpu_is_refused_before_training(command, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    argv = [command, "--mixed-precision", "fp16", "--glue-dir", str(tmp_path / "none"),
+            "--output-dir", str(tmp_path / "run")]
+    assert cli.main(argv) == 2
+    err = one_line(capsys)
+    assert "mixed_precision 'fp16' needs a CUDA GPU" in err and "bf16" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_fp16_passes_with_a_gpu_and_bf16_without(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    check_mixed_precision("fp16")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    check_mixed_precision("bf16")
+    check_mixed_precision("no")
+    FinetuneConfig(mixed_precision="fp16")  # a saved GPU run's config still loads on a CPU
+
+
+# ----------------------------------------------------------------------------------------------
+# Range errors name the one field that is wrong
+
+
+@pytest.mark.parametrize("cls, field, value, rule", [
+    (FinetuneConfig, "save_every", -1, ">= 0"),
+    (FinetuneConfig, "weight_decay", -0.1, ">= 0"),
+    (FinetuneConfig, "max_grad_norm", -1.0, ">= 0"),
+    (FinetuneConfig, "asa_tau", -0.5, ">= 0"),
+    (FinetuneConfig, "bernoulli_p", 1.0, "in [0, 1)"),
+    (FinetuneConfig, "ssa_target_weight", 1.5, "in [0, 1]"),
+    (FinetuneConfig, "ssa_cls_weight", -0.5, "in [0, 1]"),
+    (MultitaskConfig, "save_every", -2, ">= 0"),
+    (MultitaskConfig, "schedule_alpha_end", 1.5, "in [0, 1]"),
+    (MultitaskConfig, "ssa_target_weight", -0.1, "in [0, 1]"),
+])
+def test_range_error_names_the_bad_field_and_its_value(cls, field, value, rule):
+    with pytest.raises(UsageError) as err:
+        cls.from_dict({field: value})
+    assert str(err.value) == f"{cls.__name__}.{field} must be {rule}, got {value!r}"
+
+
+def test_save_every_minus_one_on_the_command_line(capsys):
+    assert cli.main(["finetune", "--save-every", "-1"]) == 2
+    assert "FinetuneConfig.save_every must be >= 0, got -1" in one_line(capsys)
+
+
+# ----------------------------------------------------------------------------------------------
+# --help
+
+
+def help_text(argv, capsys, monkeypatch) -> str:
+    monkeypatch.setenv("COLUMNS", "1000")  # no wrapping inside a description
+    with pytest.raises(SystemExit) as done:
+        cli.main(argv)
+    assert done.value.code == 0
+    return capsys.readouterr().out
+
+
+def option_help(text: str) -> dict[str, str]:
+    """Each option's entry of the help, on one line, by its first flag (a long flag's text starts below it)."""
+    entries = re.split(r"\n  (?=-)", "\n" + text.split("\noptions:", 1)[1])[1:]  # each starts with its flags
+    return {entry.split()[0].rstrip(","): " ".join(entry.split()) for entry in entries}
+
+
+def test_every_config_field_is_documented():
+    for cls in CONFIGS.values():
+        docs = field_docs(cls)
+        assert [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)] == [], cls.__name__
+
+
+@pytest.mark.parametrize("command", sorted(CONFIGS))
+def test_help_gives_each_options_description_and_default(command, capsys, monkeypatch):
+    entries = option_help(help_text([command, "--help"], capsys, monkeypatch))
+    cls = CONFIGS[command]
+    for f in dataclasses.fields(cls):
+        entry = entries["--" + f.name.replace("_", "-")]
+        assert field_docs(cls)[f.name] in entry and entry.endswith(f"(default: {f.default})"), entry
+
+
+def test_help_lists_the_valid_names(capsys, monkeypatch):
+    entries = option_help(help_text(["finetune", "--help"], capsys, monkeypatch))
+    assert f"(valid: {', '.join(GLUE_TASKS)})" in entries["--task"]
+    assert "ssa-hybrid" in entries["--method"] and "bernoulli-mask" in entries["--method"]
+    assert "(valid: no, fp16, bf16)" in entries["--mixed-precision"]
+
+
+def test_top_level_help_names_the_other_entry_points(capsys, monkeypatch):
+    text = help_text(["--help"], capsys, monkeypatch)
+    for module in ("notebooks", "sweep", "collect", "check"):
+        assert f"python -m course_lib.{module} " in text
+
+
+# ----------------------------------------------------------------------------------------------
+# The notebook runner's messages
+
+
+def test_notebook_set_of_a_yaml_11_float_says_how_to_write_it(capsys):
+    assert notebooks.main(["run", "00_bert_from_scratch", "--set", "lr=5e-5"]) == 2
+    err = one_line(capsys)
+    assert "--set key lr must be number" in err and "YAML reads 5e-5 as text, write 5.0e-05" in err
+
+
+def test_yaml_float_hint_only_for_text_that_is_a_finite_number():
+    assert yaml_float_hint("1e-4") == "; YAML reads 1e-4 as text, write 1.0e-04"
+    assert yaml_float_hint("2.5e3") == "; YAML reads 2.5e3 as text, write 2.5e+03"
+    assert yaml_float_hint("fast") == yaml_float_hint("nan") == yaml_float_hint(3) == ""
+
+
+def test_missing_kernel_gives_the_command_that_installs_it(capsys):
+    assert notebooks.main(["run", "00_bert_from_scratch", "--kernel", "no-such-kernel"]) == 2
+    err = one_line(capsys)
+    assert "make kernel" not in err
+    assert "-m ipykernel install --sys-prefix --name attention-lab" in err
