@@ -231,18 +231,19 @@ def fixed_length_features(lines: list[str], tokenizer, batch_size: int, seq_len:
 
 def _finetune_step(model, optimizer, features: list[dict], pad_id: int, accelerator, max_grad_norm: float) -> None:
     """One step of `train.finetune`'s loop: the method's loss on the batch, backward, clip, AdamW step."""
-    from .train import _batch_loss, guarded_step
+    from .loop import guarded_step
+    from .train import batch_loss
 
-    loss, _ = _batch_loss(model, features, pad_id, accelerator)
+    loss, _ = batch_loss(model, features, pad_id, accelerator)
     guarded_step(loss, loss.item(), accelerator, model, optimizer, max_grad_norm, "stop", "bench methods",
                  Path("bench"), "bench methods")
 
 
 def _batch_loss_only(model, features: list[dict], pad_id: int, accelerator) -> torch.Tensor:
     """The forward half of `_finetune_step`: the method's loss, for `saved_activation_bytes`."""
-    from .train import _batch_loss
+    from .train import batch_loss
 
-    return _batch_loss(model, features, pad_id, accelerator)[0]
+    return batch_loss(model, features, pad_id, accelerator)[0]
 
 
 def _pretrain_step(model, optimizer, batch: tuple, guidance, ag_alpha: float, accelerator,
@@ -270,7 +271,7 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
     """Training-step time of every method relative to its baseline, built and stepped as the training loops do.
 
     Fine-tuning methods: `train.build_classifier` on the pretrained encoder (`load_pretrained` with the
-    method's overrides), a fused AdamW over `train.param_groups`, and each step is `train._batch_loss` plus
+    method's overrides), a fused AdamW over `train.param_groups`, and each step is `train.batch_loss` plus
     `train.guarded_step` on one batch of `seq_len` real tokens per row. The learning rate is 0, as on the
     first step of the real warmup schedule, so the weights stay put and every round times the same work.
     AG is a pre-training method: the MLM + AG step against the plain MLM step of `pretrain.pretrain`, on one
@@ -286,18 +287,38 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
     from accelerate import Accelerator
 
     from . import glue
-    from .ag import ag_scale_at
-    from .config import FinetuneConfig, PretrainConfig
-    from .pretrain import build_mlm_model, mask_tokens, pack_blocks, pad_blocks, step_generator
-    from .repro import seed_everything
-    from .ssa import default_token_labels
-    from .train import build_classifier, encoder_overrides, param_groups
+    from .config import PretrainConfig
 
     load_before = machine_load()
     keep_freed_memory()  # as finetune and pretrain do
     accelerator = Accelerator(cpu=True)
     lines, source = text_lines(glue_dir)
     lines = glue.subsample(lines, 4 * epoch_examples + 64 * batch_size, seed=0)
+    steps, saved, contestants, tokenizer = _finetune_contestants(model_name, lines, batch_size, seq_len, accelerator)
+    pcfg = pretrain_config or PretrainConfig(max_len=seq_len, batch_size=batch_size)
+    tokens = _pretrain_contestants(pcfg, lines, tokenizer, accelerator, steps, saved)
+    rows = _method_rows(interleaved(steps, repeats, warmup, desc="method steps"), saved)
+
+    cfg, model, optimizer, tokenizer = contestants["ssa-hybrid"]
+    steps.clear()  # the other models' memory back before the epoch-long measurement
+    contestants.clear()
+    ssa = [_ssa_label_share(dataclasses.replace(cfg, ssa_probe_bf16=bf16), model, optimizer, tokenizer,
+                            lines[:epoch_examples], epoch, epoch_repeats, accelerator)
+           for bf16 in (False, True) for epoch in ssa_epochs]
+    return {"batch_size": batch_size, "seq_len": seq_len, "threads": torch.get_num_threads(),
+            "model": str(resolve_model_dir(model_name)), "text": source, "repeats": repeats,
+            "pretrain_model": {"layers": pcfg.num_layers, "hidden": pcfg.hidden_size, "heads": pcfg.num_heads,
+                               "ag_head_types": pcfg.ag_head_types, "tokens": tokens},
+            "load_average": {"before": load_before, "after": machine_load()}, "methods": rows, "ssa_labels": ssa}
+
+
+def _finetune_contestants(model_name, lines: list[str], batch_size: int, seq_len: int, accelerator):
+    """(steps, saved activation bytes, (cfg, model, optimizer, tokenizer) by method, tokenizer) for every
+    fine-tuning method, each model built as finetune builds it and stepped on the same batch at lr 0."""
+    from .config import FinetuneConfig
+    from .repro import seed_everything
+    from .ssa import default_token_labels
+    from .train import build_classifier, encoder_overrides, param_groups
 
     contestants, steps, saved, plain_features = {}, {}, {}, None
     for method in FINETUNE_METHODS:
@@ -317,8 +338,17 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
                          _finetune_step(m, o, f, t.pad_token_id, accelerator, c.max_grad_norm))
         saved[method] = saved_activation_bytes(
             lambda m=model, f=features, t=tokenizer: _batch_loss_only(m, f, t.pad_token_id, accelerator), model)
+    return steps, saved, contestants, tokenizer
 
-    pcfg = pretrain_config or PretrainConfig(max_len=seq_len, batch_size=batch_size)
+
+def _pretrain_contestants(pcfg, lines: list[str], tokenizer, accelerator, steps: dict, saved: dict) -> list[int]:
+    """Add the MLM and MLM + AG steps of one small model (as pretrain builds it) to `steps` and `saved`;
+    return the batch's shape."""
+    from .ag import ag_scale_at
+    from .pretrain import build_mlm_model, mask_tokens, pack_blocks, pad_blocks, step_generator
+    from .repro import seed_everything
+    from .train import param_groups
+
     seed_everything(pcfg.seed)
     mlm_model, guidance = build_mlm_model(pcfg, tokenizer)
     mlm_optimizer = torch.optim.AdamW(param_groups(mlm_model, pcfg.weight_decay), lr=0.0, fused=True)
@@ -335,9 +365,12 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
                                                       pcfg.max_grad_norm))
         saved[name] = saved_activation_bytes(
             lambda g=guide: _pretrain_step(mlm_model, None, batch, g, alpha, accelerator, 0.0), mlm_model)
+    return list(input_ids.shape)
 
-    times = interleaved(steps, repeats, warmup, desc="method steps")
-    baseline = {name: ("mlm" if name in ("mlm", "ag") else "vanilla") for name in steps}
+
+def _method_rows(times: dict, saved: dict) -> list[dict]:
+    """Each method's median step time and its ratio to its baseline's (AG: plain MLM), against its target."""
+    baseline = {name: ("mlm" if name in ("mlm", "ag") else "vanilla") for name in times}
     rows = []
     for name, seconds in times.items():
         ratio = ratio_summary(seconds, times[baseline[name]])
@@ -347,18 +380,7 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
                      "ratio_iqr": ratio["iqr"], "target": target,
                      "meets_target": None if target is None else ratio["median"] <= target,
                      "saved_activations_mb": round(saved[name] / 2**20, 1)})
-
-    cfg, model, optimizer, tokenizer = contestants["ssa-hybrid"]
-    steps.clear()  # the other models' memory back before the epoch-long measurement
-    contestants.clear()
-    ssa = [_ssa_label_share(dataclasses.replace(cfg, ssa_probe_bf16=bf16), model, optimizer, tokenizer,
-                            lines[:epoch_examples], epoch, epoch_repeats, accelerator)
-           for bf16 in (False, True) for epoch in ssa_epochs]
-    return {"batch_size": batch_size, "seq_len": seq_len, "threads": torch.get_num_threads(),
-            "model": str(resolve_model_dir(model_name)), "text": source, "repeats": repeats,
-            "pretrain_model": {"layers": pcfg.num_layers, "hidden": pcfg.hidden_size, "heads": pcfg.num_heads,
-                               "ag_head_types": pcfg.ag_head_types, "tokens": list(input_ids.shape)},
-            "load_average": {"before": load_before, "after": machine_load()}, "methods": rows, "ssa_labels": ssa}
+    return rows
 
 
 def _ssa_label_share(cfg, model, optimizer, tokenizer, lines: list[str], epoch: int, repeats: int,

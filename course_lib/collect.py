@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import fcntl
 import io
 import json
 import os
@@ -24,10 +23,10 @@ from pathlib import Path
 
 from .config import FinetuneConfig
 from .errors import Parser, UsageError, report_errors
+from .metrics import paired_t_test
 from .reported import reported
-from .repro import atomic_write
+from .repro import METRICS, atomic_write
 
-METRICS = "metrics.json"  # written by course_lib.train
 METHOD_OPTIONS = ("ssa_", "asa_", "sparsegen_", "bernoulli_")  # a method's own settings, unused by vanilla
 NOT_GROUPED = ("seed", "output_dir")  # runs that differ only in these are seeds of one group
 # A run made before a FinetuneConfig field existed ran with what is now its default.
@@ -105,10 +104,8 @@ def paired_tests(rows: list[dict], metric: str, baseline: str = "vanilla") -> li
 
     Pairs are runs with equal task and seed whose other settings may differ only in the method, so a
     seed's data order and initialisation are shared and the test sees the method's effect alone. The
-    p-value is two-sided (scipy.stats.ttest_rel); with fewer than 2 pairs, or no spread, it is None.
+    p-value is two-sided (`metrics.paired_t_test`); with fewer than 2 pairs, or all pairs equal, it is None.
     """
-    from scipy import stats
-
     def key(row):  # everything but the method and its own options
         shared = {k: v for k, v in row["config"].items()
                   if k not in ("method", "output_dir") and not k.startswith(METHOD_OPTIONS)}
@@ -126,9 +123,7 @@ def paired_tests(rows: list[dict], metric: str, baseline: str = "vanilla") -> li
     results = []
     for (task, method), values in sorted(pairs.items()):
         ours, theirs = zip(*values)
-        diff = statistics.fmean(ours) - statistics.fmean(theirs)
-        p = float(stats.ttest_rel(ours, theirs).pvalue) if len(values) > 1 else None
-        p = None if p is not None and p != p else p  # NaN: every pair differs by the same amount
+        diff, p = paired_t_test(ours, theirs)
         results.append({"task": task, "method": method, "baseline": baseline, "metric": metric,
                         "pairs": len(values), "mean_difference": diff, "p_value": p})
     return results
@@ -174,10 +169,34 @@ def to_markdown(rows: list[dict], runs_dir: str | Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def lock_exclusive(fd: int, wait: bool = True) -> bool:
+    """Lock the open file `fd` (POSIX flock, which a child given the descriptor shares); False only when `wait`
+    is False and another process holds it.
+
+    Where there is no flock the caller goes on unlocked (True): a filesystem without it (Lustre mounted without
+    flock), or a platform without fcntl (Windows). What that gives up: two sweep shards may then run the same
+    run folder at once, and two that finish together may each replace results.csv/.md, so the last writer's
+    tables, read before the other's run completed, can lack that run until the next collect. Every file is
+    still written whole (atomic_write).
+    """
+    try:
+        import fcntl  # here, not at the top: POSIX only, and notebook 06 imports this module on any platform
+    except ImportError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return False
+    except OSError:  # a filesystem without flock
+        return True
+    return True
+
+
 def write_results(runs_dir: str | Path, out: str | Path | None = None) -> tuple[Path, Path, list[dict]]:
     """Write <out>.csv and <out>.md (default RUNS_DIR/results); return both paths and the rows.
 
-    Several sweep shards may finish at once: `.<out>.lock` is held while the two files are replaced.
+    Several sweep shards may finish at once: `.<out>.lock` is held while the two files are replaced
+    (`lock_exclusive`).
     """
     rows = collect(runs_dir)
     out = Path(out) if out is not None else Path(runs_dir) / "results"
@@ -186,10 +205,7 @@ def write_results(runs_dir: str | Path, out: str | Path | None = None) -> tuple[
     out.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(out.with_name(f".{out.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:  # a filesystem without flock: write unlocked
-            pass
+        lock_exclusive(fd)
         for path in (csv_path, md_path):  # a write that a kill interrupted leaves '.results.md.XXXX.tmp'
             for stale in path.parent.glob(f".{path.name}.*.tmp"):
                 stale.unlink(missing_ok=True)

@@ -115,7 +115,6 @@ class BertConfig(Validated):
     num_hidden_layers: int = 12
     num_attention_heads: int = 12
     intermediate_size: int = 3072
-    hidden_act: str = "gelu"
     hidden_dropout_prob: float = 0.1
     attention_probs_dropout_prob: float = 0.1
     max_position_embeddings: int = 512
@@ -135,8 +134,6 @@ class BertConfig(Validated):
         if self.hidden_size % self.num_attention_heads:
             raise UsageError(f"hidden_size {self.hidden_size} is not divisible by "
                              f"num_attention_heads {self.num_attention_heads}")
-        if self.hidden_act not in ("gelu",):
-            raise choice_error("hidden_act", self.hidden_act, ["gelu"])
         if self.attn_normalizer not in NORMALIZERS:
             raise choice_error("attention normaliser", self.attn_normalizer, NORMALIZERS)
         if not self.sparsegen_lambda < 1:
@@ -152,71 +149,97 @@ class BertConfig(Validated):
 
     @classmethod
     def from_hf_json(cls, path) -> "BertConfig":
-        """Read a Hugging Face config.json, keeping the fields we model and ignoring the rest."""
+        """Read a Hugging Face config.json, keeping the fields we model and ignoring the rest.
+
+        The feed-forward activation is always GELU (`bert.FeedForward`), so a checkpoint trained with another
+        `hidden_act` is refused rather than loaded into the wrong function; a file without one means gelu,
+        Hugging Face's default.
+        """
         with open(path, encoding="utf-8") as f:
             raw = json.load(f)
         if raw.get("model_type", "bert") != "bert":
             raise UsageError(f"{path} describes a {raw['model_type']!r} model, not a BERT (model_type 'bert')")
+        if raw.get("hidden_act", "gelu") != "gelu":
+            raise UsageError(f"{path} has hidden_act {raw['hidden_act']!r}; this BERT implements gelu only "
+                             f"(valid: gelu)")
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in raw.items() if k in names})
 
 
 @dataclass
-class FinetuneConfig(Validated):
-    """One GLUE fine-tuning run. Defaults follow the BERT paper's recipe (Devlin et al. 2019, App. A.3)."""
+class TrainingRunConfig(Validated):
+    """What a fine-tuning run and a multitask run share: the pretrained model, the GLUE data, BERT's fine-tuning
+    recipe (Devlin et al. 2019, App. A.3), checkpoints and the SSA-Co options.
 
-    task: str = "sst2"  # the GLUE task to fine-tune on
+    Not a command of its own: FinetuneConfig and MultitaskConfig add their task(s), their output folder and
+    their own options. A field means the same in both; in a multitask run it applies to each task.
+    """
+
     model: str | None = None  # None: the packaged MiniLM; else a Hugging Face BERT folder or hub id
     glue_dir: str | None = None  # None: $GLUE_DIR, else the nyu-mll/glue dataset when online
-    output_dir: str = "runs/finetune"  # checkpoints, weights and metrics.json; a rerun resumes from here
-    max_train_samples: int | None = None  # train on a seeded random subset of this many examples (None: all)
+    max_train_samples: int | None = None  # train on a seeded random subset of this many examples, per task (None: all)
     max_eval_samples: int | None = None  # evaluate on a seeded random subset of each dev split (None: all)
-    epochs: int = 3  # passes over the training set
+    epochs: int = 3  # passes over the training data
     max_len: int = 128  # tokens per example, [CLS] and [SEP] included; longer ones are cut
-    batch_size: int = 32  # examples per optimiser step (the global batch, over all processes)
+    batch_size: int = 32  # examples per optimiser step (the global batch, over all processes), of one task in multitask
     eval_batch_size: int = 128  # examples per forward pass when evaluating
     lr: float = 2e-5  # peak learning rate of AdamW
     weight_decay: float = 0.01  # AdamW's decoupled weight decay; biases and LayerNorm are not decayed
     warmup_ratio: float = 0.1  # share of the steps the learning rate rises linearly, then decays to 0
     max_grad_norm: float = 1.0  # clip the gradient's global norm to this (0: no clipping)
-    classifier_dropout: float = 0.1  # dropout before the classifier head
+    classifier_dropout: float = 0.1  # dropout before the classifier head (each task's, in a multitask run)
     bucket_by_length: bool = False  # batch examples of similar length together: less padding, faster on CPUs
-    seed: int = 0  # seeds the model's head, dropout, subsets and batch order
+    seed: int = 0  # seeds the heads, dropout, subsets, batch order and a multitask run's task schedule
     save_every: int = 0  # also checkpoint every N optimiser steps (0: end of each epoch only)
     keep_checkpoint: bool = False  # keep checkpoint.pt (optimiser state too) after the run completes
     mixed_precision: str = "no"  # accelerate's autocast; fp16 needs a CUDA GPU, bf16 also runs on CPUs
     on_nonfinite_loss: str = "stop"  # stop: fail keeping the last good checkpoint; skip: drop that step
-    method: str = "vanilla"  # the attention method fine-tuned (vanilla: plain BERT)
-    sparsegen_lambda: float = -4.0  # ssaf: sparsegen-lin's lambda (Cui et al. 2019 use -4 on SST-2)
-    asa_tau: float = 0.3  # asa: keep-count penalty weight, applied as tau^2 (Wu et al. 2023, Table 5: 0.3)
-    asa_noise: str = "none"  # asa: none = the authors' deterministic step; logistic = binary Concrete sample
-    bernoulli_p: float = 0.1  # bernoulli-mask: probability of cutting each attention unit (paper: 0.05, 0.1)
-    ssa_target_weight: float = 0.7  # ssa-*: alpha, loss = alpha L_target + (1 - alpha) L_SSA (Kou et al. 2020)
-    ssa_cls_weight: float = 0.5  # ssa-hybrid: beta, the pooled [CLS] share of the SSA layer (paper Eq. 1)
-    ssa_threshold: float = 0.3  # ssa-hybrid: tokens with importance below this are left out of the pooling
-    ssa_label_mode: str = "code"  # ssa-*: code = the authors' labels (default); paper = the paper's
-    ssa_share_weight: bool = True  # ssa-*: one token-head output layer for every position (False: per position)
-    ssa_first_epoch_loss: bool = True  # ssa-*, code labels: epoch 1 trains the token head on all-ones labels
+    ssa_target_weight: float = 0.7  # SSA: alpha, loss = alpha L_target + (1 - alpha) L_SSA (Kou et al. 2020)
+    ssa_label_mode: str = "code"  # SSA: code = the authors' labels (default); paper = the paper's
+    ssa_share_weight: bool = True  # SSA: one token-head output layer for every position (False: per position)
+    ssa_first_epoch_loss: bool = True  # SSA, code labels: epoch 1 trains the token head on all-ones labels
     #   (the authors' code); False leaves epoch 1 to the task loss, until probed labels exist
-    ssa_probe_bf16: bool = False  # ssa-*: probe under bfloat16 autocast (about 2x faster on CPUs with AVX512-BF16
+    ssa_probe_bf16: bool = False  # SSA: probe under bfloat16 autocast (about 2x faster on CPUs with AVX512-BF16
     #   or AMX, and on GPUs); a borderline prediction may then differ from the fp32 probe's
 
     def validate(self) -> None:
         from .errors import choice_error
 
+        _positive(self, "epochs", "max_len", "batch_size", "eval_batch_size", "lr")
+        _optional_positive(self, "max_train_samples", "max_eval_samples")
+        _fraction(self, "warmup_ratio", "classifier_dropout")
+        _non_negative(self, "weight_decay", "max_grad_norm", "save_every")
+        _unit_interval(self, "ssa_target_weight")
+        _shared_run_checks(self)
+        if self.ssa_label_mode not in SSA_LABEL_MODES:
+            raise choice_error("ssa_label_mode", self.ssa_label_mode, SSA_LABEL_MODES)
+
+
+@dataclass
+class FinetuneConfig(TrainingRunConfig):
+    """One GLUE fine-tuning run. Defaults follow the BERT paper's recipe (Devlin et al. 2019, App. A.3)."""
+
+    task: str = "sst2"  # the GLUE task to fine-tune on
+    output_dir: str = "runs/finetune"  # checkpoints, weights and metrics.json; a rerun resumes from here
+    method: str = "vanilla"  # the attention method fine-tuned (vanilla: plain BERT)
+    sparsegen_lambda: float = -4.0  # ssaf: sparsegen-lin's lambda (Cui et al. 2019 use -4 on SST-2)
+    asa_tau: float = 0.3  # asa: keep-count penalty weight, applied as tau^2 (Wu et al. 2023, Table 5: 0.3)
+    asa_noise: str = "none"  # asa: none = the authors' deterministic step; logistic = binary Concrete sample
+    bernoulli_p: float = 0.1  # bernoulli-mask: probability of cutting each attention unit (paper: 0.05, 0.1)
+    ssa_cls_weight: float = 0.5  # ssa-hybrid: beta, the pooled [CLS] share of the SSA layer (paper Eq. 1)
+    ssa_threshold: float = 0.3  # ssa-hybrid: tokens with importance below this are left out of the pooling
+
+    def validate(self) -> None:
+        from .errors import choice_error
         from .glue import get_task
 
         get_task(self.task)
-        _positive(self, "epochs", "max_len", "batch_size", "eval_batch_size", "lr")
-        _optional_positive(self, "max_train_samples", "max_eval_samples")
-        _fraction(self, "warmup_ratio", "classifier_dropout", "bernoulli_p", "ssa_threshold")
-        _non_negative(self, "weight_decay", "max_grad_norm", "save_every", "asa_tau")
-        _unit_interval(self, "ssa_target_weight", "ssa_cls_weight")
-        _shared_run_checks(self)
+        super().validate()
+        _fraction(self, "bernoulli_p", "ssa_threshold")
+        _non_negative(self, "asa_tau")
+        _unit_interval(self, "ssa_cls_weight")
         if not self.sparsegen_lambda < 1:
             raise UsageError(f"FinetuneConfig.sparsegen_lambda must be < 1, got {self.sparsegen_lambda!r}")
-        if self.ssa_label_mode not in SSA_LABEL_MODES:
-            raise choice_error("ssa_label_mode", self.ssa_label_mode, SSA_LABEL_MODES)
         if self.asa_noise not in ASA_NOISE:
             raise choice_error("asa_noise", self.asa_noise, ASA_NOISE)
         if self.method not in METHODS:
@@ -265,7 +288,6 @@ class PretrainConfig(Validated):
     ag_head_types: str = "0,1,1,4"  # ag: head counts for identity,next,prev,first[,delim,period], or names
     ag_reduction: str = "mean"  # ag: mean (authors' code) | frobenius (paper)
     ag_boundary: str = "uniform"  # ag: last [Next] / first [Prev] row uniform (paper) | zero (code)
-    ag_attention: str = "pre"  # ag: maps before attention dropout; the code's post-dropout is not available
 
     def validate(self) -> None:
         from .ag import BOUNDARIES, REDUCTIONS, assign_heads
@@ -288,56 +310,26 @@ class PretrainConfig(Validated):
             raise choice_error("ag_reduction", self.ag_reduction, REDUCTIONS)
         if self.ag_boundary not in BOUNDARIES:
             raise choice_error("ag_boundary", self.ag_boundary, BOUNDARIES)
-        if self.ag_attention == "post":
-            raise UsageError("ag_attention 'post' (the authors' code scores maps after attention dropout) is not "
-                             "available yet: BertModel returns pre-dropout maps only (valid: pre)")
-        if self.ag_attention not in AG_ATTENTION:
-            raise choice_error("ag_attention", self.ag_attention, AG_ATTENTION)
         assign_heads(self.ag_head_types, self.num_heads)
 
 
 PRETRAIN_METHODS = ("mlm", "ag")
-AG_ATTENTION = ("pre",)  # which attention maps AG scores; "post" (after dropout, the code's) is not available
 
 
 @dataclass
-class MultitaskConfig(Validated):
+class MultitaskConfig(TrainingRunConfig):
     """One multitask run: a shared BERT, a head per GLUE task, a schedule across tasks, SSA-Co per task.
 
     The CS224N default project's setup (sentiment, paraphrase, similarity) on any GLUE tasks; the schedules
-    are Stickland & Murray (2019)'s. Fields shared with FinetuneConfig mean the same thing, per task.
+    are Stickland & Murray (2019)'s. The fields shared with FinetuneConfig (TrainingRunConfig's) mean the same
+    thing, per task.
     """
 
     tasks: str = "sst2,rte,stsb"  # comma list of GLUE tasks, one head each (e.g. sst2,qqp,stsb)
-    model: str | None = None  # None: the packaged MiniLM; else a Hugging Face BERT folder or hub id
-    glue_dir: str | None = None  # None: $GLUE_DIR, else the nyu-mll/glue dataset when online
     output_dir: str = "runs/multitask"  # checkpoints, weights and metrics.json; a rerun resumes from here
-    max_train_samples: int | None = None  # per task: a seeded random subset of this many examples (None: all)
-    max_eval_samples: int | None = None  # per task: a seeded random subset of each dev split (None: all)
-    epochs: int = 3  # passes over the training sets
-    max_len: int = 128  # tokens per example, [CLS] and [SEP] included; longer ones are cut
-    batch_size: int = 32  # every batch holds one task's examples
-    eval_batch_size: int = 128  # examples per forward pass when evaluating
-    lr: float = 2e-5  # peak learning rate of AdamW
-    weight_decay: float = 0.01  # AdamW's decoupled weight decay; biases and LayerNorm are not decayed
-    warmup_ratio: float = 0.1  # share of the steps the learning rate rises linearly, then decays to 0
-    max_grad_norm: float = 1.0  # clip the gradient's global norm to this (0: no clipping)
-    classifier_dropout: float = 0.1  # dropout before each task's head
-    bucket_by_length: bool = False  # batch examples of similar length together: less padding, faster on CPUs
-    seed: int = 0  # seeds the heads, dropout, subsets, task schedule and batch order
-    save_every: int = 0  # also checkpoint every N optimiser steps (0: end of each epoch only)
-    keep_checkpoint: bool = False  # keep checkpoint.pt (optimiser state too) after the run completes
-    mixed_precision: str = "no"  # accelerate's autocast; fp16 needs a CUDA GPU, bf16 also runs on CPUs
-    on_nonfinite_loss: str = "stop"  # stop: fail keeping the last good checkpoint; skip: drop that step
     schedule: str = "proportional"  # which task each step trains: round_robin | proportional | annealed
     schedule_alpha_end: float = 0.2  # annealed: sampling exponent of the last epoch (Stickland & Murray: 0.2)
     ssa: str = "none"  # tasks trained with the SSA-Co token loss: none | all | a comma list of tasks
-    ssa_target_weight: float = 0.7  # alpha, loss = alpha L_target + (1 - alpha) L_SSA (Kou et al. 2020)
-    ssa_label_mode: str = "code"  # code = the authors' labels (default); paper = the paper's
-    ssa_share_weight: bool = True  # one token-head output layer for every position (False: per position)
-    ssa_first_epoch_loss: bool = True  # code labels: epoch 1 trains the token head on all-ones labels (the
-    #   authors' code); False leaves epoch 1 to the task losses, until probed labels exist
-    ssa_probe_bf16: bool = False  # probe under bfloat16 autocast (faster where bf16 is native; see FinetuneConfig)
 
     def task_names(self) -> list[str]:
         """The tasks' registry names, in the order given ('SST-2' becomes 'sst2')."""
@@ -361,16 +353,10 @@ class MultitaskConfig(Validated):
         for name in self.ssa.split(",") if self.ssa not in ("none", "all") else []:
             if name.strip().lower().replace("-", "") not in names:
                 raise choice_error("SSA task", name, ["none", "all", *names])
-        _positive(self, "epochs", "max_len", "batch_size", "eval_batch_size", "lr")
-        _optional_positive(self, "max_train_samples", "max_eval_samples")
-        _fraction(self, "warmup_ratio", "classifier_dropout")
-        _non_negative(self, "weight_decay", "max_grad_norm", "save_every")
-        _unit_interval(self, "schedule_alpha_end", "ssa_target_weight")
-        _shared_run_checks(self)
+        super().validate()
+        _unit_interval(self, "schedule_alpha_end")
         if self.schedule not in MULTITASK_SCHEDULES:
             raise choice_error("schedule", self.schedule, MULTITASK_SCHEDULES)
-        if self.ssa_label_mode not in SSA_LABEL_MODES:
-            raise choice_error("ssa_label_mode", self.ssa_label_mode, SSA_LABEL_MODES)
 
 
 MULTITASK_SCHEDULES = ("round_robin", "proportional", "annealed")
@@ -402,8 +388,19 @@ def field_docs(cls) -> dict[str, str]:
     """Each field's trailing `# ...` comment, with the `#   ...` lines that continue it, by field name.
 
     The comments stay the one place a field is documented, beside its default; the CLI reads them for its
-    --help instead of keeping a second copy that would drift.
+    --help instead of keeping a second copy that would drift. Inherited fields (FinetuneConfig's from
+    TrainingRunConfig) are documented where they are declared; a subclass that declares a field again wins.
     """
+    docs = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            docs.update(_declared_field_docs(klass))
+    return docs
+
+
+@functools.cache
+def _declared_field_docs(cls) -> dict[str, str]:
+    """field_docs of the fields declared in cls's own body."""
     try:
         source = inspect.getsource(cls)
     except (OSError, TypeError):  # installed without its .py sources: options keep their defaults, no text
@@ -433,7 +430,6 @@ def field_choices(cls) -> dict[str, tuple[str, ...]]:
                          "asa_noise": ASA_NOISE},
         MultitaskConfig: {"tasks": tuple(GLUE_TASKS), "ssa": ("none", "all", *GLUE_TASKS),
                           "schedule": MULTITASK_SCHEDULES, "ssa_label_mode": SSA_LABEL_MODES},
-        PretrainConfig: {"method": PRETRAIN_METHODS, "ag_reduction": REDUCTIONS, "ag_boundary": BOUNDARIES,
-                         "ag_attention": AG_ATTENTION},
+        PretrainConfig: {"method": PRETRAIN_METHODS, "ag_reduction": REDUCTIONS, "ag_boundary": BOUNDARIES},
     }
     return {"mixed_precision": MIXED_PRECISION, "on_nonfinite_loss": NONFINITE_LOSS, **per_class.get(cls, {})}

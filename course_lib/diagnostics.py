@@ -30,7 +30,6 @@ import contextlib
 import json
 import random
 import sys
-import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -39,6 +38,7 @@ import torch
 
 from . import glue
 from .config import METHODS, FinetuneConfig
+from .metrics import paired_t_test
 from .repro import atomic_write, progress, write_json
 
 POSITIVE = "good great excellent wonderful brilliant superb fantastic lovely perfect delightful charming".split()
@@ -260,18 +260,13 @@ def run_diagnostics(methods, seeds, budget: Budget, output_dir, model: str | Non
 
 
 def _paired(values: dict, method: str, reference: str) -> dict:
-    """Mean difference method - reference over shared seeds, and the paired t-test's p-value."""
-    from scipy.stats import ttest_rel
-
+    """Mean difference method - reference over shared seeds, and the paired t-test's p-value (both None with
+    fewer than 2 shared seeds; p None when every pair is equal)."""
     seeds = sorted(set(values.get(method, {})) & set(values.get(reference, {})))
-    a = [values[method][s] for s in seeds]
-    b = [values[reference][s] for s in seeds]
     if method == reference or len(seeds) < 2:
         return {"diff": None, "p": None}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # identical pairs: the p-value is nan
-        p = float(ttest_rel(a, b).pvalue)
-    return {"diff": float(np.mean(a) - np.mean(b)), "p": None if np.isnan(p) else p}
+    diff, p = paired_t_test([values[method][s] for s in seeds], [values[reference][s] for s in seeds])
+    return {"diff": diff, "p": p}
 
 
 def summarize(runs: list[dict], methods: list[str], reference: str = "vanilla") -> dict:

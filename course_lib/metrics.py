@@ -11,8 +11,14 @@ a regression head that predicts the same score for every example. We return 0.0 
 the ranking; scikit-learn's Matthews correlation makes the same choice. F1 with no predicted
 positives is 0.0, also without a warning. Such a run is not silent, though: `degenerate_predictions`
 names it, and the training loops log its answer and keep it under `warnings` in metrics.json.
+
+`paired_t_test` compares two methods over the same seeds: the one test behind `collect.paired_tests` (the
+results tables, notebook 06, `bench reproduce`) and `bench diagnostics`.
 """
 
+import math
+import statistics
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -118,3 +124,30 @@ def compute_metrics(
     if len(scores) > 1:
         scores["combined_score"] = float(np.mean(list(scores.values())))
     return scores
+
+
+# ----------------------------------------------------------------------------------------------
+# Two methods over the same seeds
+
+
+def paired_t_test(ours: ArrayLike, theirs: ArrayLike) -> tuple[float, float | None]:
+    """Mean of ours minus mean of theirs, and the two-sided p-value of the paired t-test (scipy.stats.ttest_rel).
+
+    ours[i] and theirs[i] are the two methods' runs with seed i, which share data order and initialisation, so
+    the test sees the method's effect and not the seed's. p is None with fewer than 2 pairs, and wherever the
+    pairs' differences have no spread (within float rounding): every pair equal, or every pair apart by the same
+    amount. scipy answers NaN for the first and p = 0 (an infinite t) for the second, which would read as a
+    certain effect; with no spread there is nothing to test against, and the callers say so.
+    """
+    x, y = np.asarray(ours, dtype=float), np.asarray(theirs, dtype=float)
+    if x.shape != y.shape or x.ndim != 1 or len(x) == 0:
+        raise ValueError(f"need two equally long, non-empty 1-D sequences of paired runs, got shapes "
+                         f"{x.shape} and {y.shape}")
+    difference = statistics.fmean(x) - statistics.fmean(y)
+    gaps = x - y
+    if len(x) < 2 or np.ptp(gaps) <= 1e-12 * max(1.0, float(np.abs(gaps).max())):
+        return difference, None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # nearly equal pairs: scipy's precision-loss warning
+        p = float(stats.ttest_rel(x, y).pvalue)
+    return difference, None if math.isnan(p) else p

@@ -11,30 +11,26 @@ current model needs, from labels made by probing the model at the start of every
 Reuse is the design. Each task's model is the one `finetune` builds for it (SequenceClassifier, or
 SSAClassifier for an SSA task), all holding one encoder object; each task's epoch data comes from
 `train.epoch_features`; the optimiser, learning-rate schedule, guarded step, checkpoints and resume are
-finetune's. A one-task run is therefore a finetune run, step for step (tests/test_multitask.py checks this).
+the training loop's (`course_lib.loop`), as for finetune. A one-task run is therefore a finetune run, step for step (tests/test_multitask.py checks this).
 """
 from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from accelerate import Accelerator
 from safetensors.torch import save as safetensors_save
 from torch import nn
 
 from . import glue
-from .allocator import keep_freed_memory
 from .config import FinetuneConfig, MultitaskConfig
 from .errors import UsageError
 from .heads import ClassifierOutput, SequenceClassifier
-from .repro import (atomic_write, check_writable_dir, progress, remove_stale_temporaries, save_torch,
-                    seed_everything, training_state, write_json)
-from .train import (CHECKPOINT, METRICS, WEIGHTS, _batch_loss, _finished, build_classifier, dev_entry,
-                    epoch_features, guarded_step, linear_warmup_decay, param_groups, resume, task_examples)
+from .loop import METRICS, WEIGHTS, Job, TrainingLoop, finished_run, open_run
+from .repro import atomic_write, remove_stale_temporaries, seed_everything
+from .train import batch_loss, build_classifier, dev_entry, epoch_features, task_examples
 from .weights import check_runnable, load_pretrained
 
 _SCHEDULE_STREAM = 1  # keeps the schedule's random numbers apart from epoch_batches' (seed, epoch) stream
@@ -151,126 +147,108 @@ def overall_score(tasks: list[glue.GlueTask], dev: dict[str, dict]) -> float:
 # Training
 
 
-def train_multitask(cfg: MultitaskConfig) -> dict:
-    """Train all tasks on one encoder, evaluate each on its dev split every epoch, checkpoint, resume;
-    return the metrics.json content (per task and epoch, plus `overall`)."""
-    out = Path(cfg.output_dir)
-    done = _finished(out, cfg)
-    if done is not None:
-        return done  # the same command after completion costs nothing
-    check_runnable(cfg)  # fp16 without a GPU, sequences longer than the model's positions
-    check_writable_dir(out)  # here, not at the first checkpoint an epoch later
-    keep_freed_memory()
-    accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision)
-    if accelerator.num_processes > 1:
-        raise UsageError(f"multitask runs in one process; it was launched in {accelerator.num_processes} "
-                         f"(run it with python -m course_lib multitask)")
-    seed_everything(cfg.seed)
-    tasks = [glue.get_task(name) for name in cfg.task_names()]
-    views = {t.name: task_config(cfg, t.name) for t in tasks}
-    encoder, tokenizer = load_pretrained(cfg.model)
-    model, pad_id = build_multitask(cfg, encoder, tokenizer), tokenizer.pad_token_id
-    train, dev = {}, {}
-    for t in tasks:
-        examples, dev_examples = task_examples(views[t.name], t)
-        train[t.name] = glue.encode(examples, tokenizer, cfg.max_len)
-        dev[t.name] = {s: glue.encode(ex, tokenizer, cfg.max_len) for s, ex in dev_examples.items()}
+class MultitaskJob(Job):
+    """Multitask training as the loop sees it: each epoch every task's (relabelled) training set, interleaved by
+    the task schedule, one task per batch; at its end each task's dev metrics and the overall score."""
 
-    steps_per_epoch = sum(math.ceil(len(train[t.name]) / cfg.batch_size) for t in tasks)
-    total_steps = steps_per_epoch * cfg.epochs
-    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8,
-                                  fused=True)
-    scheduler = linear_warmup_decay(optimizer, round(cfg.warmup_ratio * total_steps), total_steps)
+    def __init__(self, cfg: MultitaskConfig, tasks: list[glue.GlueTask], train: dict, dev: dict, tokenizer,
+                 out: Path):
+        self.cfg, self.tasks, self.train, self.dev, self.tokenizer, self.out = cfg, tasks, train, dev, tokenizer, out
+        self.views = {t.name: task_config(cfg, t.name) for t in tasks}
+        self.segments, self.pad_id = cfg.epochs, tokenizer.pad_token_id
+        self.steps_per_epoch = sum(math.ceil(len(train[t.name]) / cfg.batch_size) for t in tasks)
+        self.epoch_train, self.epoch_stats = {}, {}
 
-    state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "history": [], "train_seconds": 0.0,
-             "skipped_steps": 0, "epoch_totals": {}}
-    ckpt_path = out / CHECKPOINT
-    for folder in (out, *(out / t.name for t in tasks if (out / t.name).is_dir())):  # task folders: SSA caches
-        remove_stale_temporaries(folder)
-    if (ckpt := resume(ckpt_path, cfg, out, model, optimizer, scheduler)) is not None:
-        state = ckpt["state"]
-        accelerator.print(f"resuming {out} at epoch {state['epoch'] + 1}, step {state['step_in_epoch']}")
-    model, optimizer = accelerator.prepare(model, optimizer)
-    base = accelerator.unwrap_model(model)
+    def plan(self, epoch: int) -> list:
+        loop, cfg = self.loop, self.cfg
+        with loop.accelerator.autocast():  # heads are called directly, past the prepared model's autocast wrapper
+            for t in self.tasks:
+                self.epoch_train[t.name], self.epoch_stats[t.name] = epoch_features(
+                    self.views[t.name], epoch, self.train[t.name], loop.base.heads[t.name], t, self.tokenizer,
+                    loop.accelerator, self.out / t.name)
+        return epoch_plan(cfg.schedule, [[len(f["input_ids"]) for f in self.epoch_train[t.name]] for t in self.tasks],
+                          cfg.batch_size, cfg.seed, epoch, cfg.epochs, cfg.schedule_alpha_end, cfg.bucket_by_length)
 
-    def save_checkpoint() -> None:
-        save_torch(ckpt_path, {"config": cfg.to_dict(), "state": state, **training_state(base, optimizer, scheduler)})
+    def loss(self, item):
+        name, rows = self.tasks[item[0]].name, item[1]
+        with self.loop.accelerator.autocast():
+            loss, stats = batch_loss(self.loop.base.heads[name], [self.epoch_train[name][i] for i in rows],
+                                     self.pad_id, self.loop.accelerator)
+        totals = self.loop.state.setdefault("epoch_totals", {}).setdefault(name, {"steps": 0, "loss": 0.0})
+        totals["steps"] += 1  # skipped steps count too: the task's share of the epoch
+        return loss, loss.item(), {"task": name, "loss": loss.item(), "stats": stats}
 
-    def write_metrics(status: str) -> dict:
-        result = {"config": cfg.to_dict(), "tasks": [t.name for t in tasks], "status": status,
+    def record(self, record: dict) -> None:
+        totals = self.loop.state["epoch_totals"][record["task"]]
+        totals["loss"] += record["loss"]
+        for key, value in record["stats"].items():
+            totals[key] = totals.get(key, 0.0) + value
+
+    def where(self, segment: int, index: int, item) -> str:
+        return f"epoch {segment + 1}, step {index + 1} ({self.tasks[item[0]].name})"
+
+    def postfix(self, item, value: float) -> dict:
+        return {"task": self.tasks[item[0]].name, "loss": f"{value:.4f}"}
+
+    def end_segment(self, epoch: int, state: dict) -> None:
+        per_task, epoch_loss = {}, 0.0
+        for t in self.tasks:
+            totals = state.setdefault("epoch_totals", {}).pop(t.name, {"steps": 0, "loss": 0.0})
+            n = totals.pop("steps")
+            epoch_loss += totals["loss"]
+            with self.loop.accelerator.autocast():
+                metrics = dev_entry(self.loop.base.heads[t.name], t, self.dev[t.name], self.cfg.eval_batch_size,
+                                    self.loop.accelerator, self.pad_id)
+            per_task[t.name] = {"steps": n, "train_loss": totals.pop("loss") / n if n else None,
+                                **self.epoch_stats[t.name], **{key: v / n for key, v in totals.items()},
+                                **metrics}  # e.g. ssa_loss
+        cfg = self.cfg
+        state["history"].append({"epoch": epoch + 1, "train_loss": epoch_loss / self.steps_per_epoch,
+                                 "schedule_alpha": schedule_alpha(cfg.schedule, epoch, cfg.epochs,
+                                                                  cfg.schedule_alpha_end),
+                                 "tasks": per_task, "overall": overall_score(self.tasks, per_task)})
+        self.loop.accelerator.print(f"epoch {epoch + 1}: overall {state['history'][-1]['overall']:.4f}; " + ", ".join(
+            f"{t.name} {t.metrics[0]} {per_task[t.name][t.dev_splits[0]][t.metrics[0]]:.4f}" for t in self.tasks))
+
+    def summary(self, state: dict, status: str) -> dict:
+        result = {"config": self.cfg.to_dict(), "tasks": [t.name for t in self.tasks], "status": status,
                   "history": state["history"], "train_steps": state["global_step"],
-                  "skipped_steps": state["skipped_steps"], "train_examples": {k: len(v) for k, v in train.items()},
+                  "skipped_steps": state["skipped_steps"], "train_examples": {k: len(v) for k, v in self.train.items()},
                   "timing": {"train_seconds": round(state["train_seconds"], 1)}, "warnings": []}
         if state["history"]:
             last = state["history"][-1]
             result.update(dev={k: {s: m for s, m in v.items() if s.startswith("dev")}
                                for k, v in last["tasks"].items()}, overall=last["overall"],
                           warnings=[w for v in last["tasks"].values() for w in v.get("warnings", [])])
-        write_json(out / METRICS, result)
         return result
 
-    while state["epoch"] < cfg.epochs:
-        epoch = state["epoch"]
-        epoch_train, epoch_stats = {}, {}
-        with accelerator.autocast():  # heads are called directly, past the prepared model's autocast wrapper
-            for t in tasks:
-                epoch_train[t.name], epoch_stats[t.name] = epoch_features(
-                    views[t.name], epoch, train[t.name], base.heads[t.name], t, tokenizer, accelerator, out / t.name)
-        plan = epoch_plan(cfg.schedule, [[len(f["input_ids"]) for f in epoch_train[t.name]] for t in tasks],
-                          cfg.batch_size, cfg.seed, epoch, cfg.epochs, cfg.schedule_alpha_end, cfg.bucket_by_length)
-        base.train()
-        started = time.perf_counter()
-        bar = progress(total=steps_per_epoch, initial=state["step_in_epoch"], desc=f"epoch {epoch + 1}/{cfg.epochs}")
-        for k, rows in plan[state["step_in_epoch"]:]:
-            name = tasks[k].name
-            with accelerator.autocast():
-                loss, stats = _batch_loss(base.heads[name], [epoch_train[name][i] for i in rows], pad_id, accelerator)
-            value = loss.item()
-            totals = state["epoch_totals"].setdefault(name, {"steps": 0, "loss": 0.0})
-            totals["steps"] += 1
-            if guarded_step(loss, value, accelerator, model, optimizer, cfg.max_grad_norm, cfg.on_nonfinite_loss,
-                            f"epoch {epoch + 1}, step {state['step_in_epoch'] + 1} ({name})", ckpt_path,
-                            "try a lower --lr"):
-                totals["loss"] += value
-                for key, v in stats.items():
-                    totals[key] = totals.get(key, 0.0) + v
-            else:
-                state["skipped_steps"] += 1
-            scheduler.step()
-            state["step_in_epoch"] += 1
-            state["global_step"] += 1
-            bar.update()
-            bar.set_postfix(task=name, loss=f"{value:.4f}")
-            if cfg.save_every and state["global_step"] % cfg.save_every == 0 \
-                    and state["step_in_epoch"] < steps_per_epoch:
-                state["train_seconds"] += time.perf_counter() - started
-                started = time.perf_counter()
-                save_checkpoint()
-        bar.close()
-        state["train_seconds"] += time.perf_counter() - started
-        per_task, epoch_loss = {}, 0.0
-        for t in tasks:
-            totals = state["epoch_totals"].pop(t.name, {"steps": 0, "loss": 0.0})
-            n = totals.pop("steps")
-            epoch_loss += totals["loss"]
-            with accelerator.autocast():
-                metrics = dev_entry(base.heads[t.name], t, dev[t.name], cfg.eval_batch_size, accelerator, pad_id)
-            per_task[t.name] = {"steps": n, "train_loss": totals.pop("loss") / n if n else None, **epoch_stats[t.name],
-                                **{key: v / n for key, v in totals.items()}, **metrics}  # e.g. ssa_loss
-        state["history"].append({"epoch": epoch + 1, "train_loss": epoch_loss / steps_per_epoch,
-                                 "schedule_alpha": schedule_alpha(cfg.schedule, epoch, cfg.epochs,
-                                                                  cfg.schedule_alpha_end),
-                                 "tasks": per_task, "overall": overall_score(tasks, per_task)})
-        state.update(epoch=epoch + 1, step_in_epoch=0)
-        save_checkpoint()
-        write_metrics("running")
-        accelerator.print(f"epoch {epoch + 1}: overall {state['history'][-1]['overall']:.4f}; " + ", ".join(
-            f"{t.name} {t.metrics[0]} {per_task[t.name][t.dev_splits[0]][t.metrics[0]]:.4f}" for t in tasks))
-    result = write_metrics("complete")
-    atomic_write(out / WEIGHTS, lambda f: f.write(safetensors_save(base.unique_state_dict())))
-    if not cfg.keep_checkpoint:
-        ckpt_path.unlink(missing_ok=True)
-    return result
+    def save_final(self) -> None:
+        atomic_write(self.out / WEIGHTS, lambda f: f.write(safetensors_save(self.loop.base.unique_state_dict())))
+
+
+def train_multitask(cfg: MultitaskConfig) -> dict:
+    """Train all tasks on one encoder, evaluate each on its dev split every epoch, checkpoint, resume;
+    return the metrics.json content (per task and epoch, plus `overall`)."""
+    out = Path(cfg.output_dir)
+    done = finished_run(out, cfg)
+    if done is not None:
+        return done  # the same command after completion costs nothing
+    check_runnable(cfg)  # fp16 without a GPU, sequences longer than the model's positions
+    accelerator = open_run(cfg, out, "multitask")
+    seed_everything(cfg.seed)
+    tasks = [glue.get_task(name) for name in cfg.task_names()]
+    encoder, tokenizer = load_pretrained(cfg.model)
+    model = build_multitask(cfg, encoder, tokenizer)
+    train, dev = {}, {}
+    for t in tasks:
+        examples, dev_examples = task_examples(task_config(cfg, t.name), t)
+        train[t.name] = glue.encode(examples, tokenizer, cfg.max_len)
+        dev[t.name] = {s: glue.encode(ex, tokenizer, cfg.max_len) for s, ex in dev_examples.items()}
+    for folder in (out / t.name for t in tasks if (out / t.name).is_dir()):  # task folders hold SSA's caches
+        remove_stale_temporaries(folder)
+    job = MultitaskJob(cfg, tasks, train, dev, tokenizer, out)
+    total_steps = job.steps_per_epoch * cfg.epochs
+    return TrainingLoop(cfg, out, accelerator, model, total_steps, round(cfg.warmup_ratio * total_steps)).run(job)
 
 
 def load_multitask(output_dir) -> tuple[MultitaskBert, object]:

@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 from .errors import Parser, UsageError, choice_error, report_errors, yaml_float_hint
-from .repro import progress_disabled, write_json
+from .repro import METRICS, progress_disabled, write_json
 
 # The repository's notebooks; tests point ATTENTION_LAB_NOTEBOOKS at a folder of their own.
 NOTEBOOK_DIR = Path(os.environ.get("ATTENTION_LAB_NOTEBOOKS") or Path(__file__).resolve().parent.parent / "notebooks")
@@ -125,7 +125,8 @@ class Notebook:
 
     def save_results(self, results: dict) -> Path:
         """Write metrics.json (atomically) with the parameters, results and time; the run is then complete."""
-        path = self.output_dir / "metrics.json"
+
+        path = self.output_dir / METRICS
         write_json(path, {"kind": "notebook", "notebook": self.name, "status": "complete",
                           "parameters": self.params, "results": results,
                           "seconds": round(time.monotonic() - self.started, 1)})
@@ -234,11 +235,12 @@ def main(argv: list[str] | None = None) -> int:
             for name in notebook_names():
                 print(f"{name:<40} presets: {', '.join(presets_of(name))}")
         elif args.command == "run":
+
             overrides = dict(parse_override(text) for text in args.overrides)
             out = run_notebook(args.notebook, args.preset, overrides, args.output_dir, args.kernel,
                                args.cell_timeout)
             print(json.dumps({"notebook": str(out / (notebook_path(args.notebook).stem + ".ipynb")),
-                              "metrics": str(out / "metrics.json")}))
+                              "metrics": str(out / METRICS)}))
         else:
             raise UsageError("missing command (valid: list, run)")
         return 0

@@ -13,13 +13,13 @@ The run is a pure function of its config: batch order comes from `glue.epoch_bat
 step's masks from a generator seeded with (seed, step), and the dropout RNG is checkpointed, so the same
 command after a kill resumes and ends with the same numbers.
 
-Output directory, every file written atomically: `checkpoint.pt` while running, `metrics.json` (config, corpus,
+The loop that runs it is `course_lib.loop`. Output directory, every file written atomically: `checkpoint.pt`
+while running, `metrics.json` (config, corpus,
 loss curves, final numbers), and at the end a Hugging Face BertForMaskedLM folder (config.json,
 model.safetensors, tokenizer files) that `load_pretrained` and `finetune --model` read.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
@@ -30,22 +30,18 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from accelerate import Accelerator
 from safetensors.torch import save as safetensors_save
 from torch import nn
 
 from . import glue
 from .ag import AttentionGuidance, ag_scale_at
-from .allocator import keep_freed_memory
 from .bert import BertModel
 from .config import BertConfig, PretrainConfig, check_mixed_precision
 from .errors import UsageError
-from .repro import (atomic_write, check_writable_dir, progress, remove_stale_temporaries, save_torch,
-                    seed_everything, training_state, write_json)
-from .train import check_same_run, guarded_step, linear_warmup_decay, param_groups, resume
+from .loop import WEIGHTS, Job, TrainingLoop, finished_run, open_run
+from .repro import atomic_write, seed_everything, write_json
 from .weights import default_model_dir, ours_to_hf
 
-CHECKPOINT, METRICS, WEIGHTS = "checkpoint.pt", "metrics.json", "model.safetensors"
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 IGNORE = -100  # label of the positions that are not predicted
 HELD_OUT_SEED = 20200  # the held-out blocks and their masks do not depend on the run's seed
@@ -275,23 +271,122 @@ def build_mlm_model(cfg: PretrainConfig, tokenizer) -> tuple["BertForMaskedLM", 
     return model, guidance
 
 
+class PretrainJob(Job):
+    """Pre-training as the training loop sees it: a segment is `eval_every` steps, each a batch of blocks with
+    fresh masks; the loss curve is logged every `log_every` steps and the held-out blocks scored at each end."""
+
+    hint = "try a lower --lr or --ag-scale"
+
+    def __init__(self, cfg: PretrainConfig, train_set: list, eval_set: list, tokenizer, guidance: AttentionGuidance,
+                 corpus: dict, out: Path):
+        self.cfg, self.train_set, self.eval_set, self.out = cfg, train_set, eval_set, out
+        self.tokenizer, self.guidance, self.corpus, self.guided = tokenizer, guidance, corpus, cfg.method == "ag"
+        self.masking = {"special_ids": tokenizer.all_special_ids, "mask_token_id": tokenizer.mask_token_id,
+                        "vocab_size": len(tokenizer), "mlm_probability": cfg.mlm_probability}
+        self.segments = math.ceil(cfg.max_steps / cfg.eval_every)
+        self.steps_per_epoch = math.ceil(len(train_set) / cfg.batch_size)
+        self.lengths, self.batches, self.batches_epoch = [len(b) for b in train_set], None, -1
+
+    def begin(self, loop) -> None:
+        super().begin(loop)
+        for key, empty in (("train_curve", []), ("eval_curve", []), ("window", {}), ("eval_seconds", 0.0)):
+            loop.state.setdefault(key, empty)
+        if not loop.state["eval_curve"]:
+            self.score_held_out()  # step 0: the untrained model, ln(vocab) or so
+
+    def check_resume(self, checkpoint: dict) -> None:
+        if checkpoint["corpus"] != self.corpus:
+            saved, now = checkpoint["corpus"], self.corpus
+            raise UsageError(f"{self.out} was trained on another corpus ({saved['source']}, {saved['lines']} lines; "
+                             f"now {now['source']}, {now['lines']} lines): use another --output-dir or the same corpus")
+
+    def plan(self, segment: int) -> list:
+        every = self.cfg.eval_every
+        return list(range(segment * every, min((segment + 1) * every, self.cfg.max_steps)))
+
+    def loss(self, step: int):
+        cfg, device = self.cfg, self.loop.accelerator.device
+        epoch, index = divmod(step, self.steps_per_epoch)
+        if epoch != self.batches_epoch:
+            self.batches, self.batches_epoch = glue.epoch_batches(self.lengths, cfg.batch_size, cfg.seed, epoch), epoch
+        input_ids, attention_mask = pad_blocks([self.train_set[i] for i in self.batches[index]],
+                                               self.tokenizer.pad_token_id)
+        inputs, labels = mask_tokens(input_ids, generator=step_generator(cfg.seed, step), **self.masking)
+        inputs, attention_mask, labels = inputs.to(device), attention_mask.to(device), labels.to(device)
+        output = self.loop.model(inputs, attention_mask, labels, output_attentions=self.guided)
+        record, loss = {"mlm": output.loss}, output.loss
+        if self.guided:
+            alpha = ag_scale_at(step, cfg.max_steps, cfg.ag_scale, cfg.ag_plateau_steps)
+            record.update(ag=self.guidance.loss(output.attentions, inputs, attention_mask), alpha=alpha)
+            loss = output.loss + alpha * record["ag"]
+        return loss, loss.item(), record
+
+    def record(self, record: dict) -> None:
+        window = self.loop.state["window"]
+        window["steps"] = window.get("steps", 0) + 1
+        window["mlm"] = window.get("mlm", 0.0) + record["mlm"].item()
+        if self.guided:
+            window["ag"] = window.get("ag", 0.0) + record["ag"].item()
+            window["alpha"] = record["alpha"]
+
+    def after_step(self, state: dict) -> None:
+        """The training curve: the mean loss over each window of log_every steps, and the lr at its end."""
+        if state["global_step"] % self.cfg.log_every and state["global_step"] != self.cfg.max_steps:
+            return
+        window = state["window"]
+        if window.get("steps"):
+            entry = {"step": state["global_step"], "mlm_loss": window["mlm"] / window["steps"],
+                     "lr": self.loop.scheduler.get_last_lr()[0]}
+            if self.guided:
+                entry.update(ag_loss=window["ag"] / window["steps"], ag_alpha=window["alpha"])
+            state["train_curve"].append(entry)
+        state["window"] = {}
+
+    def end_segment(self, segment: int, state: dict) -> None:
+        self.score_held_out()
+
+    def score_held_out(self) -> None:
+        state, started = self.loop.state, time.perf_counter()
+        state["eval_curve"].append({"step": state["global_step"], **evaluate(
+            self.loop.base, self.eval_set, self.cfg.batch_size, self.tokenizer.pad_token_id, self.masking,
+            self.guidance, self.loop.accelerator.device)})
+        state["eval_seconds"] += time.perf_counter() - started
+
+    def where(self, segment: int, index: int, item) -> str:
+        return f"step {segment * self.cfg.eval_every + index + 1}"
+
+    def describe(self, segment: int) -> str:
+        return f"pretrain {self.cfg.method} {segment + 1}/{self.segments}"
+
+    def position(self, state: dict) -> str:
+        return f"step {state['global_step']}"
+
+    def summary(self, state: dict, status: str) -> dict:
+        train, held_out = state["train_curve"], state["eval_curve"]
+        final = {"train_mlm_loss": train[-1]["mlm_loss"] if train else None,
+                 "eval_mlm_loss": held_out[-1]["mlm_loss"] if held_out else None,
+                 "eval_ag_loss": held_out[-1]["ag_loss"] if held_out else None}
+        return {"config": self.cfg.to_dict(), "corpus": self.corpus, "status": status, "method": self.cfg.method,
+                "train_steps": state["global_step"], "skipped_steps": state["skipped_steps"],
+                "parameters": sum(p.numel() for p in self.loop.base.parameters()),
+                "train_curve": train, "eval_curve": held_out, "final": final,
+                "timing": {"train_seconds": round(state["train_seconds"], 1),
+                           "eval_seconds": round(state["eval_seconds"], 1)}}
+
+    def save_final(self) -> None:
+        export_model(self.loop.base, self.out)
+
+
 def pretrain(cfg: PretrainConfig) -> dict:
     """Pre-train, score the held-out blocks every eval_every steps, checkpoint, resume; return metrics.json."""
     from transformers import BertTokenizerFast
 
     out = Path(cfg.output_dir)
-    if (out / METRICS).exists():
-        done = json.loads((out / METRICS).read_text())
-        check_same_run(done["config"], cfg, out)
-        if done.get("status") == "complete":
-            return done  # the same command after completion costs nothing
+    done = finished_run(out, cfg)
+    if done is not None:
+        return done  # the same command after completion costs nothing
     check_mixed_precision(cfg.mixed_precision)  # fp16 without a GPU
-    check_writable_dir(out)  # here, not at the first checkpoint eval_every steps later
-    keep_freed_memory()
-    accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision)
-    if accelerator.num_processes > 1:
-        raise UsageError(f"pretrain runs in one process; it was launched in {accelerator.num_processes} "
-                         f"(run it with python -m course_lib pretrain)")
+    accelerator = open_run(cfg, out, "pretrain")
     tokenizer = BertTokenizerFast.from_pretrained(str(default_model_dir()))
     lines, corpus = load_corpus(cfg)
     blocks = pack_blocks(lines, tokenizer, cfg.max_len)
@@ -303,114 +398,8 @@ def pretrain(cfg: PretrainConfig) -> dict:
     train_set = [b for i, b in enumerate(blocks) if i not in held_out]
     corpus.update(lines=len(lines), train_blocks=len(train_set), eval_blocks=len(eval_set),
                   train_tokens=sum(map(len, train_set)))
-
     seed_everything(cfg.seed)
     model, guidance = build_mlm_model(cfg, tokenizer)
-    masking = {"special_ids": tokenizer.all_special_ids, "mask_token_id": tokenizer.mask_token_id,
-               "vocab_size": len(tokenizer), "mlm_probability": cfg.mlm_probability}
-    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8,
-                                  fused=True)
-    scheduler = linear_warmup_decay(optimizer, cfg.warmup_steps, cfg.max_steps)
-
-    state = {"step": 0, "train_curve": [], "eval_curve": [], "window": {}, "skipped_steps": 0,
-             "train_seconds": 0.0, "eval_seconds": 0.0}
-    ckpt_path = out / CHECKPOINT
-    remove_stale_temporaries(out)  # the folder exists: check_writable_dir made it
-    if (ckpt := resume(ckpt_path, cfg, out, model, optimizer, scheduler)) is not None:
-        if ckpt["corpus"] != corpus:
-            raise UsageError(f"{out} was trained on another corpus ({ckpt['corpus']['source']}, "
-                             f"{ckpt['corpus']['lines']} lines; now {corpus['source']}, {corpus['lines']} lines): "
-                             f"use another --output-dir or the same corpus")
-        state = ckpt["state"]
-        accelerator.print(f"resuming {out} at step {state['step']}")
-    model, optimizer = accelerator.prepare(model, optimizer)
-    base = accelerator.unwrap_model(model)
-    device = accelerator.device
-
-    def save_checkpoint() -> None:
-        save_torch(ckpt_path, {"config": cfg.to_dict(), "corpus": corpus, "state": state,
-                               **training_state(base, optimizer, scheduler)})
-
-    def write_metrics(status: str) -> dict:
-        final = {"train_mlm_loss": state["train_curve"][-1]["mlm_loss"] if state["train_curve"] else None,
-                 "eval_mlm_loss": state["eval_curve"][-1]["mlm_loss"] if state["eval_curve"] else None,
-                 "eval_ag_loss": state["eval_curve"][-1]["ag_loss"] if state["eval_curve"] else None}
-        result = {"config": cfg.to_dict(), "corpus": corpus, "status": status, "method": cfg.method,
-                  "train_steps": state["step"], "skipped_steps": state["skipped_steps"],
-                  "parameters": sum(p.numel() for p in base.parameters()),
-                  "train_curve": state["train_curve"], "eval_curve": state["eval_curve"], "final": final,
-                  "timing": {"train_seconds": round(state["train_seconds"], 1),
-                             "eval_seconds": round(state["eval_seconds"], 1)}}
-        write_json(out / METRICS, result)
-        return result
-
-    def score_held_out() -> None:
-        started = time.perf_counter()
-        entry = {"step": state["step"], **evaluate(base, eval_set, cfg.batch_size, tokenizer.pad_token_id,
-                                                   masking, guidance, device)}
-        state["eval_curve"].append(entry)
-        state["eval_seconds"] += time.perf_counter() - started
-
-    def log_window() -> None:
-        window = state["window"]
-        if window.get("steps"):
-            entry = {"step": state["step"], "mlm_loss": window["mlm"] / window["steps"],
-                     "lr": scheduler.get_last_lr()[0]}
-            if cfg.method == "ag":
-                entry.update(ag_loss=window["ag"] / window["steps"], ag_alpha=window["alpha"])
-            state["train_curve"].append(entry)
-        state["window"] = {}
-
-    if not state["eval_curve"]:
-        score_held_out()  # step 0: the untrained model, ln(vocab) or so
-    steps_per_epoch = math.ceil(len(train_set) / cfg.batch_size)
-    lengths = [len(b) for b in train_set]
-    batches, batches_epoch = None, -1
-    guided = cfg.method == "ag"
-    model.train()
-    bar = progress(total=cfg.max_steps, initial=state["step"], desc=f"pretrain {cfg.method}")
-    started = time.perf_counter()
-    while state["step"] < cfg.max_steps:
-        step = state["step"]
-        epoch, index = divmod(step, steps_per_epoch)
-        if epoch != batches_epoch:
-            batches, batches_epoch = glue.epoch_batches(lengths, cfg.batch_size, cfg.seed, epoch), epoch
-        input_ids, attention_mask = pad_blocks([train_set[i] for i in batches[index]], tokenizer.pad_token_id)
-        inputs, labels = mask_tokens(input_ids, generator=step_generator(cfg.seed, step), **masking)
-        inputs, attention_mask, labels = inputs.to(device), attention_mask.to(device), labels.to(device)
-        output = model(inputs, attention_mask, labels, output_attentions=guided)
-        mlm_loss = output.loss
-        loss = mlm_loss
-        if guided:
-            alpha = ag_scale_at(step, cfg.max_steps, cfg.ag_scale, cfg.ag_plateau_steps)
-            ag_loss = guidance.loss(output.attentions, inputs, attention_mask)
-            loss = mlm_loss + alpha * ag_loss
-        value = loss.item()
-        if guarded_step(loss, value, accelerator, model, optimizer, cfg.max_grad_norm, cfg.on_nonfinite_loss,
-                        f"step {step + 1}", ckpt_path, "try a lower --lr or --ag-scale"):
-            window = state["window"]
-            window["steps"] = window.get("steps", 0) + 1
-            window["mlm"] = window.get("mlm", 0.0) + mlm_loss.item()
-            if guided:
-                window["ag"] = window.get("ag", 0.0) + ag_loss.item()
-                window["alpha"] = alpha
-        else:
-            state["skipped_steps"] += 1
-        scheduler.step()
-        state["step"] += 1
-        bar.update()
-        bar.set_postfix(loss=f"{value:.4f}")
-        if state["step"] % cfg.log_every == 0 or state["step"] == cfg.max_steps:
-            log_window()
-        if state["step"] % cfg.eval_every == 0 or state["step"] == cfg.max_steps:
-            state["train_seconds"] += time.perf_counter() - started
-            score_held_out()
-            save_checkpoint()
-            write_metrics("running")
-            started = time.perf_counter()
-    bar.close()
-    result = write_metrics("complete")
-    export_model(base, out)
-    if not cfg.keep_checkpoint:
-        ckpt_path.unlink(missing_ok=True)
-    return result
+    job = PretrainJob(cfg, train_set, eval_set, tokenizer, guidance, corpus, out)
+    loop = TrainingLoop(cfg, out, accelerator, model, cfg.max_steps, cfg.warmup_steps, {"corpus": corpus})
+    return loop.run(job)

@@ -13,6 +13,8 @@ import torch
 
 from .errors import UsageError
 
+CHECKPOINT, METRICS, WEIGHTS = "checkpoint.pt", "metrics.json", "model.safetensors"  # every run folder's files
+
 
 def seed_everything(seed: int) -> None:
     """Seed Python, NumPy and torch before the model is built, so CPU runs repeat exactly."""

@@ -87,7 +87,7 @@ def verdict(diff: float | None, p: float | None, claimed: str, pairs: int = 0) -
     """One plain sentence on what the paired test says, set against what the paper claims."""
     if diff is None or (p is None and pairs < 2):
         return "not tested (fewer than 2 paired seeds)"
-    if p is None:  # every seed's pair differs by the same amount: no spread to test against
+    if p is None:  # every pair equal (metrics.paired_t_test): no spread to test against
         return "equal to vanilla on every seed" if diff == 0 else f"{diff:+.4f} on every seed (no spread to test)"
     if p < SIGNIFICANT:
         said = "better than vanilla" if diff > 0 else "worse than vanilla"

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
-import fcntl
 import hashlib
 import itertools
 import json
@@ -50,15 +49,15 @@ from pathlib import Path
 
 import yaml
 
-from .collect import write_results
+from .collect import lock_exclusive, write_results
 from .config import FinetuneConfig
 from .errors import Parser, UsageError, report_errors, yaml_float_hint
 from .notebooks import NotebookRun
-from .repro import check_writable_dir, progress, remove_stale_temporaries, write_json
+from .repro import METRICS, check_writable_dir, progress, remove_stale_temporaries, write_json
 from .weights import check_model
 
 COMMANDS = {"finetune": FinetuneConfig, "notebook": NotebookRun}  # what a grid can run, and its config
-RUN, LOG, LOCK, METRICS = "run.json", "log.txt", ".lock", "metrics.json"  # metrics.json: course_lib.train
+RUN, LOG, LOCK = "run.json", "log.txt", ".lock"  # the sweep's files in a run folder, beside the run's METRICS
 STDERR_LINES = 20  # how much of a failed run's stderr run.json keeps as its error
 GRID_KEYS = ("base", "command", "grid", "gpu_hours")  # gpu_hours: the estimate a dry run adds up
 
@@ -248,18 +247,12 @@ def claim(folder: Path):
 
     The descriptor is handed to the child too, so the lock lasts as long as either of them lives. A lock
     file, not the folder itself, because NFS emulates flock with POSIX locks, which need a writable file;
-    on a filesystem without flock at all (Lustre mounted without it) the sweep goes on unlocked.
+    on a filesystem or platform without flock (Lustre mounted without it, Windows) the sweep goes on unlocked
+    (`collect.lock_exclusive`).
     """
     fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            held = True
-        except BlockingIOError:
-            held = False
-        except OSError:
-            held = True
-        yield fd if held else None
+        yield fd if lock_exclusive(fd, wait=False) else None
     finally:
         os.close(fd)
 

@@ -1,13 +1,13 @@
-"""GLUE fine-tuning on accelerate: the loop every method builds on.
+"""GLUE fine-tuning: the task model of each method, its training set per epoch, its loss and its evaluation.
 
 The recipe is BERT's (Devlin et al. 2019, App. A.3): AdamW with no weight decay on biases and LayerNorm,
 linear warmup then linear decay, gradient clipping. The run is a pure function of its config and seed:
 batch order comes from `glue.epoch_batches(seed, epoch)` and the dropout RNG is checkpointed, so a run
 killed at any step and started again with the same command ends with the same numbers.
 
-Output directory, every file written atomically: `checkpoint.pt` (model, optimiser, schedule, RNG, position in
-the data) while the run is going, `metrics.json` (config, per-epoch history, final dev metrics), and at the
-end `model.safetensors` (the trained task model; the checkpoint is then removed unless keep_checkpoint).
+The loop that runs it (optimiser, schedule, guarded steps, checkpoints, resume) is `course_lib.loop`; the output
+folder holds `checkpoint.pt` while the run goes, `metrics.json` (config, per-epoch history, final dev metrics),
+and at the end `model.safetensors` (the trained task model).
 """
 from __future__ import annotations
 
@@ -23,34 +23,16 @@ from accelerate import Accelerator
 from safetensors.torch import save as safetensors_save
 
 from . import glue, ssa, ssaf
-from .allocator import keep_freed_memory
-from .config import FinetuneConfig
-from .errors import RunFailed, UsageError
 from .asa import ASAClassifier
+from .config import FinetuneConfig
+from .errors import UsageError
 from .heads import SequenceClassifier
-from .ssa import SSAClassifier
+from .loop import (CHECKPOINT, METRICS, WEIGHTS, Job, TrainingLoop, check_same_run, finished_run,  # noqa: F401
+                   guarded_step, linear_warmup_decay, open_run, param_groups)
 from .metrics import compute_metrics, degenerate_predictions
-from .repro import (atomic_write, check_writable_dir, progress, remove_stale_temporaries, restore_training_state,
-                    save_torch, seed_everything, training_state, write_json)
+from .repro import atomic_write, progress, save_torch, seed_everything
+from .ssa import SSAClassifier
 from .weights import check_runnable, load_pretrained
-
-CHECKPOINT, METRICS, WEIGHTS = "checkpoint.pt", "metrics.json", "model.safetensors"
-
-
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """Decay matrices only: biases and LayerNorm parameters (all 1-D) are left alone, as in BERT."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def linear_warmup_decay(optimizer, warmup_steps: int, total_steps: int):
-    """lr factor rises linearly 0 → 1 over warmup, then falls linearly to 0 at the last step."""
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return step / max(1, warmup_steps)
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 def _to_device(batch: dict, device) -> dict:
@@ -167,7 +149,7 @@ def epoch_features(cfg: FinetuneConfig, epoch: int, train: list[dict], model, ta
     return saved["features"], saved["stats"]
 
 
-def _batch_loss(model, features: list[dict], pad_id: int, accelerator: Accelerator):
+def batch_loss(model, features: list[dict], pad_id: int, accelerator: Accelerator):
     """The batch-mean training loss, with the batch's rows split across processes; returns (loss, stats).
 
     Each process returns its rows' mean loss * n_p * P / N; averaging gradients across the P processes,
@@ -185,66 +167,11 @@ def _batch_loss(model, features: list[dict], pad_id: int, accelerator: Accelerat
     return out.loss * weight, out.stats
 
 
-def guarded_step(loss: torch.Tensor, value: float, accelerator: Accelerator, model, optimizer,
-                 max_grad_norm: float, on_nonfinite: str, where: str, ckpt_path: Path, hint: str) -> bool:
-    """Backward, clip and step when the loss `value` is finite; return False for a skipped step.
-
-    A NaN or infinite loss either skips the step (on_nonfinite="skip") or stops the run with RunFailed,
-    naming where it happened; the last good checkpoint on disk is left untouched.
-    """
-    if math.isfinite(value):
-        accelerator.backward(loss)
-        if max_grad_norm > 0:
-            accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return True
-    if on_nonfinite == "skip":
-        optimizer.zero_grad(set_to_none=True)
-        return False
-    kept = f"the last good checkpoint is kept in {ckpt_path}" if ckpt_path.exists() else "no checkpoint was written yet"
-    raise RunFailed(f"loss is {value} at {where}; {kept} ({hint}, or --on-nonfinite-loss skip)")
-
-
 def _accumulate(totals: dict, stats: dict) -> None:
     """Add a step's method statistics (numbers or per-layer lists) to the epoch's running sums."""
     for key, value in stats.items():
         totals[key] = (torch.tensor(totals[key], dtype=torch.float64) + torch.tensor(value, dtype=torch.float64)
                        ).tolist() if key in totals else value
-
-
-def check_same_run(saved: dict, cfg, path: Path) -> None:
-    """Refuse to resume or reuse the output of a different configuration (any config dataclass).
-
-    A field missing from an older file counts as its default, so adding an option never orphans old runs.
-    """
-    mine, defaults = cfg.to_dict(), type(cfg)().to_dict()
-    diff = sorted(k for k in mine if k != "output_dir" and saved.get(k, defaults[k]) != mine[k])
-    if diff:
-        k = diff[0]
-        raise UsageError(f"{path} holds a different run's checkpoint ({k}={saved.get(k, defaults[k])!r}, this run "
-                         f"has {k}={mine[k]!r}); use another --output-dir or delete it")
-
-
-def resume(ckpt_path: Path, cfg, out: Path, model, optimizer, scheduler) -> dict | None:
-    """Load the run's last checkpoint, if there is one, into the model, optimiser, schedule and RNGs; return it
-    (None: a fresh start). A checkpoint of another configuration is refused (`check_same_run`)."""
-    if not ckpt_path.exists():
-        return None
-    ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-    check_same_run(ckpt["config"], cfg, out)
-    restore_training_state(ckpt, model, optimizer, scheduler)
-    return ckpt
-
-
-def _finished(out: Path, cfg: FinetuneConfig) -> dict | None:
-    """The metrics of a run that already completed in `out` with this config, else None."""
-    path = out / METRICS
-    if not path.exists():
-        return None
-    result = json.loads(path.read_text())
-    check_same_run(result["config"], cfg, out)
-    return result if result.get("status") == "complete" else None
 
 
 def task_examples(cfg: FinetuneConfig, task: glue.GlueTask) -> tuple[list, dict[str, list]]:
@@ -254,107 +181,78 @@ def task_examples(cfg: FinetuneConfig, task: glue.GlueTask) -> tuple[list, dict[
                    for s in task.dev_splits}
 
 
-def finetune(cfg: FinetuneConfig) -> dict:
-    """Fine-tune, evaluate each epoch, checkpoint, resume; return the metrics.json content."""
-    out = Path(cfg.output_dir)
-    done = _finished(out, cfg)
-    if done is not None:
-        return done  # the same command after completion costs nothing
-    check_runnable(cfg)  # fp16 without a GPU, sequences longer than the model's positions
-    check_writable_dir(out)  # here, not at the first checkpoint an epoch later
-    keep_freed_memory()
-    accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision)
-    seed_everything(cfg.seed)
-    task = glue.get_task(cfg.task)
-    train_examples, dev_examples = task_examples(cfg, task)
+class FinetuneJob(Job):
+    """Fine-tuning as the training loop sees it: each epoch a shuffled pass over the training set (relabelled
+    first by SSA, or partly masked by BERT-mask), the method's loss per batch, the dev metrics at its end."""
 
-    encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
-    model = build_classifier(cfg, encoder, task.num_labels, tokenizer)
-    pad_id = tokenizer.pad_token_id
-    train = glue.encode(train_examples, tokenizer, cfg.max_len)
-    dev = {s: glue.encode(ex, tokenizer, cfg.max_len) for s, ex in dev_examples.items()}
+    def __init__(self, cfg: FinetuneConfig, task: glue.GlueTask, train: list[dict], dev: dict[str, list[dict]],
+                 tokenizer, out: Path):
+        self.cfg, self.task, self.train, self.dev, self.tokenizer, self.out = cfg, task, train, dev, tokenizer, out
+        self.segments, self.pad_id = cfg.epochs, tokenizer.pad_token_id
+        self.steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
+        self.epoch_train, self.epoch_stats = train, {}
 
-    steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
-    total_steps = steps_per_epoch * cfg.epochs
-    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8,
-                                  fused=True)  # one kernel for all parameters: ~5x faster than the loop on CPU
-    scheduler = linear_warmup_decay(optimizer, round(cfg.warmup_ratio * total_steps), total_steps)
+    def plan(self, epoch: int) -> list:
+        loop = self.loop
+        self.epoch_train, self.epoch_stats = epoch_features(self.cfg, epoch, self.train, loop.model, self.task,
+                                                            self.tokenizer, loop.accelerator, self.out)
+        return glue.epoch_batches([len(f["input_ids"]) for f in self.epoch_train], self.cfg.batch_size, self.cfg.seed,
+                                  epoch, shuffle=True, bucket=self.cfg.bucket_by_length)
 
-    state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "history": [], "train_seconds": 0.0}
-    ckpt_path = out / CHECKPOINT
-    if accelerator.is_main_process:  # the folder exists: check_writable_dir made it
-        remove_stale_temporaries(out)
-    if (ckpt := resume(ckpt_path, cfg, out, model, optimizer, scheduler)) is not None:
-        state = ckpt["state"]
-        accelerator.print(f"resuming {out} at epoch {state['epoch'] + 1}, step {state['step_in_epoch']}")
+    def loss(self, rows):
+        accelerator = self.loop.accelerator
+        loss, stats = batch_loss(self.loop.model, [self.epoch_train[i] for i in rows], self.pad_id, accelerator)
+        value = accelerator.reduce(loss.detach().clone(), reduction="mean").item()  # the same on every process
+        return loss, value, {"loss": value, "stats": stats}
 
-    model, optimizer = accelerator.prepare(model, optimizer)
-    base = accelerator.unwrap_model(model)
+    def record(self, record: dict) -> None:
+        state = self.loop.state
+        state["epoch_loss"] = state.get("epoch_loss", 0.0) + record["loss"]
+        _accumulate(state.setdefault("epoch_stats", {}), record["stats"])
 
-    def save_checkpoint() -> None:
-        if accelerator.is_main_process:
-            save_torch(ckpt_path, {"config": cfg.to_dict(), "state": state,
-                                   **training_state(base, optimizer, scheduler)})
-        accelerator.wait_for_everyone()
+    def end_segment(self, epoch: int, state: dict) -> None:
+        scores = dev_entry(self.loop.model, self.task, self.dev, self.cfg.eval_batch_size, self.loop.accelerator,
+                           self.pad_id)
+        entry = {"epoch": epoch + 1, "train_loss": state.pop("epoch_loss", 0.0) / self.steps_per_epoch,
+                 **self.epoch_stats}
+        entry.update({k: (torch.tensor(v, dtype=torch.float64) / self.steps_per_epoch).tolist()
+                      for k, v in state.pop("epoch_stats", {}).items()})  # e.g. ASA's masking proportion per layer
+        state["history"].append({**entry, **scores})
+        self.loop.accelerator.print(f"epoch {epoch + 1}: " + ", ".join(
+            f"{s} {k} {v:.4f}" for s in self.task.dev_splits for k, v in scores[s].items()))
 
-    def write_metrics(status: str) -> dict:
-        result = {"config": cfg.to_dict(), "task": task.name, "status": status,
+    def summary(self, state: dict, status: str) -> dict:
+        result = {"config": self.cfg.to_dict(), "task": self.task.name, "status": status,
                   "history": state["history"], "train_steps": state["global_step"],
-                  "skipped_steps": state.get("skipped_steps", 0),
-                  "train_examples": len(train), "timing": {"train_seconds": round(state["train_seconds"], 1)}}
+                  "skipped_steps": state.get("skipped_steps", 0), "train_examples": len(self.train),
+                  "timing": {"train_seconds": round(state["train_seconds"], 1)}}
         if state["history"]:
             result.update({k: v for k, v in state["history"][-1].items() if k.startswith("dev") or k == "warnings"})
         result.setdefault("warnings", [])  # the last epoch's; [] when its predictions vary as they should
-        if accelerator.is_main_process:
-            write_json(out / METRICS, result)
         return result
 
-    while state["epoch"] < cfg.epochs:
-        epoch = state["epoch"]
-        epoch_train, epoch_stats = epoch_features(cfg, epoch, train, model, task, tokenizer, accelerator, out)
-        batches = glue.epoch_batches([len(f["input_ids"]) for f in epoch_train], cfg.batch_size, cfg.seed, epoch,
-                                     shuffle=True, bucket=cfg.bucket_by_length)
-        model.train()
-        started = time.perf_counter()
-        bar = progress(total=steps_per_epoch, initial=state["step_in_epoch"], desc=f"epoch {epoch + 1}/{cfg.epochs}")
-        for rows in batches[state["step_in_epoch"]:]:
-            loss, stats = _batch_loss(model, [epoch_train[i] for i in rows], pad_id, accelerator)
-            batch_loss = accelerator.reduce(loss.detach().clone(), reduction="mean").item()  # same on every process
-            if guarded_step(loss, batch_loss, accelerator, model, optimizer, cfg.max_grad_norm,
-                            cfg.on_nonfinite_loss, f"epoch {epoch + 1}, step {state['step_in_epoch'] + 1}",
-                            ckpt_path, "try a lower --lr"):
-                state["epoch_loss"] = state.get("epoch_loss", 0.0) + batch_loss
-                _accumulate(state.setdefault("epoch_stats", {}), stats)
-            else:
-                state["skipped_steps"] = state.get("skipped_steps", 0) + 1
-            scheduler.step()
-            state["step_in_epoch"] += 1
-            state["global_step"] += 1
-            bar.update()
-            bar.set_postfix(loss=f"{batch_loss:.4f}")
-            if cfg.save_every and state["global_step"] % cfg.save_every == 0 \
-                    and state["step_in_epoch"] < steps_per_epoch:
-                state["train_seconds"] += time.perf_counter() - started
-                started = time.perf_counter()
-                save_checkpoint()
-        bar.close()
-        state["train_seconds"] += time.perf_counter() - started
-        scores = dev_entry(model, task, dev, cfg.eval_batch_size, accelerator, pad_id)
-        entry = {"epoch": epoch + 1, "train_loss": state.pop("epoch_loss", 0.0) / steps_per_epoch, **epoch_stats}
-        entry.update({k: (torch.tensor(v, dtype=torch.float64) / steps_per_epoch).tolist()
-                      for k, v in state.pop("epoch_stats", {}).items()})  # e.g. ASA's masking proportion per layer
-        state["history"].append({**entry, **scores})
-        state.update(epoch=epoch + 1, step_in_epoch=0)
-        save_checkpoint()
-        write_metrics("running")
-        accelerator.print(f"epoch {epoch + 1}: " + ", ".join(
-            f"{s} {k} {v:.4f}" for s in task.dev_splits for k, v in scores[s].items()))
-    result = write_metrics("complete")
-    if accelerator.is_main_process:  # keep the trained weights; drop the optimiser state unless asked to keep it
-        atomic_write(out / WEIGHTS, lambda f: f.write(safetensors_save(base.state_dict())))
-        if not cfg.keep_checkpoint:
-            ckpt_path.unlink(missing_ok=True)
-    return result
+    def save_final(self) -> None:
+        atomic_write(self.out / WEIGHTS, lambda f: f.write(safetensors_save(self.loop.base.state_dict())))
+
+
+def finetune(cfg: FinetuneConfig) -> dict:
+    """Fine-tune, evaluate each epoch, checkpoint, resume; return the metrics.json content."""
+    out = Path(cfg.output_dir)
+    done = finished_run(out, cfg)
+    if done is not None:
+        return done  # the same command after completion costs nothing
+    check_runnable(cfg)  # fp16 without a GPU, sequences longer than the model's positions
+    accelerator = open_run(cfg, out)
+    seed_everything(cfg.seed)
+    task = glue.get_task(cfg.task)
+    train_examples, dev_examples = task_examples(cfg, task)
+    encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
+    model = build_classifier(cfg, encoder, task.num_labels, tokenizer)
+    train = glue.encode(train_examples, tokenizer, cfg.max_len)
+    dev = {s: glue.encode(ex, tokenizer, cfg.max_len) for s, ex in dev_examples.items()}
+    job = FinetuneJob(cfg, task, train, dev, tokenizer, out)
+    total_steps = job.steps_per_epoch * cfg.epochs
+    return TrainingLoop(cfg, out, accelerator, model, total_steps, round(cfg.warmup_ratio * total_steps)).run(job)
 
 
 def load_finetuned(output_dir) -> tuple[SequenceClassifier, object]:

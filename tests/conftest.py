@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from course_lib.weights import default_model_dir
-
+from sentiment_words import BAD, FILLER, GOOD
 
 @pytest.fixture(scope="session")
 def glue_dir() -> Path:
@@ -37,8 +37,6 @@ def _deterministic():
     torch.manual_seed(0)
 
 
-GOOD, BAD = ["good", "great", "fine", "superb"], ["bad", "awful", "poor", "dull"]
-FILLER = "the a movie film plot actors story was is and it this".split()
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,10 @@
 """The command lines' contract: a mistake is one line on stderr and exit code 2 before any training, and
 --help says what each option means, its default and its valid values."""
 import dataclasses
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -11,9 +13,11 @@ import torch
 
 from course_lib import cli, notebooks
 from course_lib.config import (
+    BertConfig,
     FinetuneConfig,
     MultitaskConfig,
     PretrainConfig,
+    TrainingRunConfig,
     check_mixed_precision,
     field_docs,
 )
@@ -136,6 +140,16 @@ def test_every_config_field_is_documented():
         assert [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)] == [], cls.__name__
 
 
+def test_the_shared_fields_are_documented_once_and_keep_each_commands_defaults():
+    shared = field_docs(TrainingRunConfig)
+    assert set(shared) == {f.name for f in dataclasses.fields(TrainingRunConfig)}
+    for cls in (FinetuneConfig, MultitaskConfig):
+        assert {name: field_docs(cls)[name] for name in shared} == shared, cls.__name__
+        assert {f.name: f.default for f in dataclasses.fields(cls) if f.name in shared} == \
+            {f.name: f.default for f in dataclasses.fields(TrainingRunConfig)}
+    assert (FinetuneConfig().output_dir, MultitaskConfig().output_dir) == ("runs/finetune", "runs/multitask")
+
+
 @pytest.mark.parametrize("command", sorted(CONFIGS))
 def test_help_gives_each_options_description_and_default(command, capsys, monkeypatch):
     entries = option_help(help_text([command, "--help"], capsys, monkeypatch))
@@ -179,3 +193,24 @@ def test_missing_kernel_gives_the_command_that_installs_it(capsys):
     err = one_line(capsys)
     assert "make kernel" not in err
     assert "-m ipykernel install --sys-prefix --name attention-lab" in err
+
+
+# ----------------------------------------------------------------------------------------------
+# A checkpoint of another activation
+
+
+@pytest.mark.parametrize("hidden_act", [None, "gelu"])
+def test_a_gelu_checkpoint_or_one_that_names_none_loads(hidden_act, tmp_path):
+    raw = {"model_type": "bert", "hidden_size": 32, "num_attention_heads": 2}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw if hidden_act is None else {**raw, "hidden_act": hidden_act}))
+    assert BertConfig.from_hf_json(path).hidden_size == 32
+
+
+def test_a_checkpoint_with_another_activation_is_refused_in_one_line(tiny_model_dir, tmp_path, capsys):
+    model = shutil.copytree(tiny_model_dir, tmp_path / "relu_bert")
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "hidden_act": "relu"}))
+    assert cli.main(["finetune", "--model", str(model), "--glue-dir", str(tmp_path / "none")]) == 2
+    assert f"{model / 'config.json'} has hidden_act 'relu'; this BERT implements gelu only (valid: gelu)" in \
+        one_line(capsys)

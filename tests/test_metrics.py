@@ -6,10 +6,12 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
+from scipy import stats
 
 from course_lib.errors import UsageError
-from course_lib.metrics import METRICS, compute_metrics, degenerate_predictions
+from course_lib.metrics import METRICS, compute_metrics, degenerate_predictions, paired_t_test
 
 # A binary confusion matrix written out by hand: tp=3, tn=2, fp=1, fn=2.
 LABELS = [1, 1, 1, 1, 1, 0, 0, 0]
@@ -114,3 +116,34 @@ def test_predictions_that_vary_or_labels_that_do_not_are_not_flagged():
     assert degenerate_predictions([1e-3 * i for i in range(5)], [0.0, 1.0, 2.5, 4.0, 5.0], None) is None
     assert degenerate_predictions([1, 1, 1], [1, 1, 1], ("0", "1")) is None  # one-class labels: no evidence
     assert degenerate_predictions([0], [1], ("0", "1")) is None  # one example: no evidence either
+
+
+# ----------------------------------------------------------------------------------------------
+# The paired t-test over seeds (collect.paired_tests, bench diagnostics)
+
+
+def test_paired_t_test_matches_scipy_ttest_rel():
+    rng = np.random.default_rng(0)
+    for n in (2, 3, 5, 10):
+        base = rng.uniform(0.6, 0.9, n)
+        ours = base + rng.normal(0.01, 0.02, n)
+        diff, p = paired_t_test(ours, base)
+        assert diff == pytest.approx(ours.mean() - base.mean(), abs=1e-15)
+        assert p == pytest.approx(stats.ttest_rel(ours, base).pvalue, rel=1e-12)
+        assert type(diff) is float and type(p) is float
+    # two seeds by hand: differences 0.02 and 0.04, mean 0.03, sd 0.01 * sqrt(2), t = 3 with 1 df
+    diff, p = paired_t_test([0.82, 0.84], [0.80, 0.80])
+    assert diff == pytest.approx(0.03) and p == pytest.approx(1 - 2 * math.atan(3) / math.pi)  # Cauchy tails
+
+
+def test_paired_t_test_without_a_test_to_make():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RuntimeWarning from scipy on equal pairs
+        assert paired_t_test([0.8], [0.75]) == (pytest.approx(0.05), None)  # one pair: no spread to test
+        assert paired_t_test([0.5, 0.7, 0.9], [0.5, 0.7, 0.9]) == (0.0, None)  # equal pairs: scipy's NaN
+        assert paired_t_test([0.75, 0.5, 0.25], [0.5, 0.25, 0.0]) == (0.25, None)  # the same gain on every seed
+        assert paired_t_test([0.7, 0.8, 0.9], [0.6, 0.7, 0.8])[1] is None  # the same gain, up to float rounding
+    with pytest.raises(ValueError, match="equally long"):
+        paired_t_test([0.8, 0.9], [0.8])
+    with pytest.raises(ValueError, match="non-empty"):
+        paired_t_test([], [])

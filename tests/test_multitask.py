@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import BAD, FILLER, GOOD
+from sentiment_words import BAD, FILLER, GOOD
 
-from course_lib import cli, multitask
+from course_lib import cli, loop, multitask
 from course_lib.config import MultitaskConfig
 from course_lib.errors import UsageError
 from course_lib.multitask import epoch_plan, schedule_alpha, task_config, task_schedule, train_multitask
@@ -148,7 +148,7 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(tiny_model_dir, 
     extra = {"ssa": "sst2,stsb", "schedule": "annealed", "save_every": 4}
     reference = train_multitask(tiny(tiny_model_dir, toy_glue, tmp_path / "ref", **extra))
     steps = reference["train_steps"] // 2  # per epoch: 12 + 6 + 6 batches of 16
-    real_step, calls = multitask.guarded_step, []
+    real_step, calls = loop.guarded_step, []
 
     def dies_at_step(*args, **kwargs):
         calls.append(1)
@@ -156,7 +156,7 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(tiny_model_dir, 
             raise KeyboardInterrupt
         return real_step(*args, **kwargs)
 
-    monkeypatch.setattr(multitask, "guarded_step", dies_at_step)
+    monkeypatch.setattr(loop, "guarded_step", dies_at_step)
     cfg = tiny(tiny_model_dir, toy_glue, tmp_path / "killed", **extra)
     with pytest.raises(KeyboardInterrupt):
         train_multitask(cfg)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from course_lib import cli
-from course_lib import pretrain as pretrain_module
+from course_lib import loop as loop_module
 from course_lib.config import BertConfig, PretrainConfig
 from course_lib.errors import RunFailed, UsageError
 from course_lib.pretrain import (BertForMaskedLM, export_model, generated_corpus, load_corpus, mask_tokens,
@@ -88,18 +88,18 @@ def test_ag_guides_the_heads_and_decays_alpha(runs):
 
 def test_same_command_twice_resumes_to_identical_numbers(runs, corpus_file, tmp_path, monkeypatch):
     """Stop right after the first checkpoint, run the same command again: the numbers of one unbroken run."""
-    real_save = pretrain_module.save_torch
+    real_save = loop_module.save_torch
 
     def save_then_stop(path, obj):
         real_save(path, obj)
         raise KeyboardInterrupt
 
     cfg = tiny(corpus_file, tmp_path, "ag")
-    monkeypatch.setattr(pretrain_module, "save_torch", save_then_stop)
+    monkeypatch.setattr(loop_module, "save_torch", save_then_stop)
     with pytest.raises(KeyboardInterrupt):
         pretrain(cfg)
-    monkeypatch.setattr(pretrain_module, "save_torch", real_save)
-    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["state"]["step"] == 20
+    monkeypatch.setattr(loop_module, "save_torch", real_save)
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["state"]["global_step"] == 20
     assert numbers(pretrain(cfg)) == numbers(runs["ag"][0])
     started = time.perf_counter()
     assert numbers(pretrain(cfg)) == numbers(runs["ag"][0])  # completed: nothing to do
@@ -180,14 +180,12 @@ def test_corpus_sources(keyword_glue, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("args, message", [
     (["--method", "magic"], "unknown pretraining method 'magic' (valid: ag, mlm)"),
-    (["--ag-attention", "post"], "ag_attention 'post' (the authors' code scores maps after attention dropout) "
-                                 "is not available yet"),
     (["--ag-head-types", "0,1,1,9"], "ag_head_types '0,1,1,9' guides 11 heads but the model has 8"),
     (["--ag-reduction", "sum"], "unknown ag_reduction 'sum' (valid: frobenius, mean)"),
     (["--ag-boundary", "wrap"], "unknown ag_boundary 'wrap' (valid: uniform, zero)"),
     (["--hidden-size", "100"], "hidden_size 100 is not divisible by num_heads 8"),
     (["--max-steps", "0"], "PretrainConfig.max_steps must be > 0, got 0"),
-    (["--frobnicate", "1"], "unknown option '--frobnicate' for pretrain (valid: --ag-attention, --ag-boundary"),
+    (["--frobnicate", "1"], "unknown option '--frobnicate' for pretrain (valid: --ag-boundary, --ag-head-types"),
 ])
 def test_bad_options_are_one_line_usage_errors(args, message, capsys):
     assert cli.main(["pretrain", *args]) == 2

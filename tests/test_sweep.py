@@ -1,5 +1,6 @@
 """The batch runner and the results table: failures recorded, finished runs never redone, SIGKILL, shards."""
 import csv
+import importlib
 import json
 import math
 import os
@@ -259,3 +260,34 @@ def test_the_sweep_summary_line_carries_a_runs_warnings(tmp_path):
     line = "mrpc dev: all 408 predictions are class 1: the scores are those of a constant guess"
     (run.folder / "metrics.json").write_text(json.dumps({**metrics, "warnings": [line]}))
     assert sweep._dev_summary(run) == f"dev accuracy 0.6650, dev f1 0.7990  (warning: {line})"
+
+
+# ----------------------------------------------------------------------------------------------
+# Locks
+
+
+def test_a_run_folder_held_by_another_claim_is_left_to_it(tmp_path):
+    with sweep.claim(tmp_path) as first:
+        assert first is not None
+        with sweep.claim(tmp_path) as second:  # another open file of the lock: another holder to flock
+            assert second is None
+    with sweep.claim(tmp_path) as again:
+        assert again is not None
+
+
+def test_without_fcntl_collect_and_sweep_import_and_go_on_unlocked(tmp_path, monkeypatch):
+    """Windows has no fcntl, and notebook 06 imports collect there: the modules import and the tables are
+    written, unlocked."""
+    monkeypatch.setitem(sys.modules, "fcntl", None)  # `import fcntl` now raises ImportError
+    try:
+        for module in (collect, sweep):
+            importlib.reload(module)
+        with sweep.claim(tmp_path) as first, sweep.claim(tmp_path) as second:
+            assert first is not None and second is not None  # nothing to lock with: both go on
+        write_metrics(tmp_path / "runs" / "seed_0", "sst2", {"dev": {"accuracy": 0.8}})
+        csv_path, md_path, rows = collect.write_results(tmp_path / "runs")
+        assert len(rows) == 1 and "| sst2 | vanilla | 1 | 0.8000 |" in md_path.read_text() and csv_path.is_file()
+    finally:
+        monkeypatch.undo()
+        for module in (collect, sweep):
+            importlib.reload(module)
