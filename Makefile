@@ -6,8 +6,6 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-GLUE_DIR ?= $(abspath $(firstword $(wildcard ../shared/data/glue)))
-export GLUE_DIR
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 

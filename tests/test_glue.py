@@ -1,6 +1,6 @@
 """GLUE registry, TSV readers (on tiny fixtures in every layout), tokenisation and batching.
 
-The real-data tests read $GLUE_DIR (CI: GLUE_DIR=../shared/data/glue) and skip without it.
+The real-data tests read $GLUE_DIR (CI sets it) and skip without it.
 """
 
 import importlib.util
@@ -395,7 +395,7 @@ def test_encode_truncates_to_max_len(tokenizer):
 
 GLUE_DIR = os.environ.get("GLUE_DIR")
 needs_glue = pytest.mark.skipif(
-    not GLUE_DIR, reason="GLUE_DIR is not set (e.g. GLUE_DIR=../shared/data/glue)"
+    not GLUE_DIR, reason="GLUE_DIR is not set (a folder in the GLUE layout; CI sets it)"
 )
 
 
