@@ -165,3 +165,15 @@ class ASAClassifier(SequenceClassifier):
         clean.stats = {"masked_fraction": [masked_fraction(k, attention_mask) for k in keeps],
                        "divergence": divergence.item()}
         return clean
+
+
+def build_asa(cfg, encoder, num_labels: int, tokenizer) -> ASAClassifier:
+    """The method registry's task model for `asa` (`course_lib.methods`)."""
+    return ASAClassifier(encoder, num_labels, cfg.classifier_dropout, mode="asa", asa_tau=cfg.asa_tau,
+                         asa_noise=cfg.asa_noise, bernoulli_p=cfg.bernoulli_p)
+
+
+def build_bernoulli_mask(cfg, encoder, num_labels: int, tokenizer) -> ASAClassifier:
+    """The method registry's task model for `bernoulli-mask`: ASA's two-pass loss with random masks."""
+    return ASAClassifier(encoder, num_labels, cfg.classifier_dropout, mode="bernoulli", asa_tau=cfg.asa_tau,
+                         asa_noise=cfg.asa_noise, bernoulli_p=cfg.bernoulli_p)

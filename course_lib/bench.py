@@ -316,6 +316,7 @@ def _finetune_contestants(model_name, lines: list[str], batch_size: int, seq_len
     """(steps, saved activation bytes, (cfg, model, optimizer, tokenizer) by method, tokenizer) for every
     fine-tuning method, each model built as finetune builds it and stepped on the same batch at lr 0."""
     from .config import FinetuneConfig
+    from .methods import get_method
     from .repro import seed_everything
     from .ssa import default_token_labels
     from .train import build_classifier, encoder_overrides, param_groups
@@ -330,7 +331,7 @@ def _finetune_contestants(model_name, lines: list[str], batch_size: int, seq_len
         model, optimizer = accelerator.prepare(model, optimizer)
         model.train()
         features = plain_features = plain_features or fixed_length_features(lines, tokenizer, batch_size, seq_len)
-        if method in ("ssa-co", "ssa-hybrid"):  # epoch-0 token labels: the SSA loss runs; its values do not matter
+        if get_method(method).token_labels:  # epoch-0 token labels: the SSA loss runs; its values do not matter
             special = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
             features = [{**f, "token_labels": default_token_labels(f, special)} for f in features]
         contestants[method] = (cfg, model, optimizer, tokenizer)

@@ -14,6 +14,7 @@ import typing
 
 from .config import FinetuneConfig, MultitaskConfig, PretrainConfig, field_choices, field_docs
 from .errors import Parser, UsageError, report_errors
+from .methods import METHODS
 
 ENTRY_POINTS = (  # the other command lines, named in the top-level --help
     ("course_lib.notebooks", "run a notebook with a preset and --set overrides (papermill), or list them"),
@@ -35,6 +36,8 @@ def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
     """One option per config field, its help read from the field's comment, with its choices and default."""
     hints = typing.get_type_hints(config_cls)
     docs, choices = field_docs(config_cls), field_choices(config_cls)
+    if config_cls is FinetuneConfig:  # the methods live in their registry, not in the config
+        choices = {**choices, "method": tuple(METHODS)}
     for f in dataclasses.fields(config_cls):
         kinds = [t for t in (typing.get_args(hints[f.name]) or (hints[f.name],)) if t is not type(None)]
         flag = "--" + f.name.replace("_", "-")

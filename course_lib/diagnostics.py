@@ -37,7 +37,8 @@ import numpy as np
 import torch
 
 from . import glue
-from .config import METHODS, FinetuneConfig
+from .config import FinetuneConfig
+from .methods import METHODS, get_method
 from .metrics import paired_t_test
 from .repro import atomic_write, progress, write_json
 
@@ -319,12 +320,11 @@ def format_table(results: dict, reference: str = "vanilla") -> str:
 
 def main(args) -> None:
     """`bench diagnostics`: run (or read back) every run, then print the tables or JSON."""
-    from .errors import UsageError, choice_error
+    from .errors import UsageError
 
     methods = [m.strip() for m in (args.methods or ",".join(METHODS)).split(",") if m.strip()]
     for m in methods:
-        if m not in METHODS:
-            raise choice_error("method", m, METHODS)
+        get_method(m)  # an unknown name: one line naming the registered ones
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     except ValueError:

@@ -258,7 +258,8 @@ def _finite_pretrain(result: dict) -> bool:
 
 def methods(model_dir: Path, glue_dir: Path, work: Path, shape: str, device) -> dict:
     """Each fine-tuning method (2 epochs, so SSA's per-epoch relabelling runs) and MLM/AG pre-training."""
-    from .config import METHODS, FinetuneConfig, PretrainConfig
+    from .config import FinetuneConfig, PretrainConfig
+    from .methods import METHODS
     from .pretrain import pretrain
     from .train import finetune
 

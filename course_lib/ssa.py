@@ -239,3 +239,35 @@ def bert_mask_epoch_features(features: list[dict], epoch: int, seed: int, specia
     copies = [masked_copy(features[i], mask_positions(segments_of(features[i], special_ids), rng), mask_id)
               for i in chosen]
     return copies + [features[i] for i in rest], {"aug_ratio": ratio, "labelled": len(copies)}
+
+
+# ----------------------------------------------------------------------------------------------
+# The method registry's hooks (course_lib.methods): ssa-co, ssa-hybrid and bert-mask
+
+SSA_FIELDS = ("ssa_target_weight", "ssa_label_mode", "ssa_share_weight", "ssa_first_epoch_loss", "ssa_probe_bf16")
+
+
+def _build_ssa(cfg, encoder, num_labels: int, tokenizer, hybrid: bool) -> SSAClassifier:
+    specials = [tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id]
+    return SSAClassifier(encoder, num_labels, cfg.classifier_dropout, specials, cfg.max_len, hybrid=hybrid,
+                         ssa_target_weight=cfg.ssa_target_weight, ssa_cls_weight=cfg.ssa_cls_weight,
+                         ssa_threshold=cfg.ssa_threshold, ssa_share_weight=cfg.ssa_share_weight)
+
+
+def build_ssa_co(cfg, encoder, num_labels: int, tokenizer) -> SSAClassifier:
+    return _build_ssa(cfg, encoder, num_labels, tokenizer, hybrid=False)
+
+
+def build_ssa_hybrid(cfg, encoder, num_labels: int, tokenizer) -> SSAClassifier:
+    return _build_ssa(cfg, encoder, num_labels, tokenizer, hybrid=True)
+
+
+def ssa_epoch_data(cfg, features: list[dict], context) -> tuple[list[dict], dict]:
+    """SSA's epoch: token labels made by probing the current model (`ssa_epoch_features`)."""
+    return ssa_epoch_features(features, context.probe, context.epoch, cfg.seed, context.special_ids, context.mask_id,
+                              context.is_regression, cfg.ssa_label_mode, first_epoch_loss=cfg.ssa_first_epoch_loss)
+
+
+def bert_mask_epoch_data(cfg, features: list[dict], context) -> tuple[list[dict], dict]:
+    """BERT-mask's epoch: the same share of masked copies, with their gold labels (`bert_mask_epoch_features`)."""
+    return bert_mask_epoch_features(features, context.epoch, cfg.seed, context.special_ids, context.mask_id)

@@ -24,3 +24,8 @@ def attention_sparsity(encoder, input_ids, attention_mask, token_type_ids=None) 
     out = encoder(input_ids, attention_mask, token_type_ids, output_attentions=True)
     encoder.train(was_training)
     return torch.stack([sparsity(probs, attention_mask) for probs in out.attentions])
+
+
+def encoder_config(cfg) -> dict:
+    """The method registry's hook (`course_lib.methods`): the run's lambda into the encoder's config."""
+    return encoder_overrides(cfg.sparsegen_lambda)

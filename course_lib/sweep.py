@@ -51,6 +51,7 @@ import yaml
 
 from .collect import lock_exclusive, write_results
 from .config import FinetuneConfig
+from .methods import get_method
 from .errors import Parser, UsageError, report_errors, yaml_float_hint
 from .notebooks import NotebookRun
 from .repro import METRICS, check_writable_dir, progress, remove_stale_temporaries, write_json
@@ -95,7 +96,10 @@ class Run:
 def _config(path: Path, where: str, values: dict, kind=FinetuneConfig):
     """kind.from_dict, which checks types and ranges, with the file and the key in its errors."""
     try:
-        return kind.from_dict(values)
+        cfg = kind.from_dict(values)
+        if isinstance(cfg, FinetuneConfig):
+            get_method(cfg.method)  # the registry, not the config, knows the methods
+        return cfg
     except UsageError as err:
         message = f"{path}: {where}: {err}"
         hints = typing.get_type_hints(kind)

@@ -22,16 +22,15 @@ import torch
 from accelerate import Accelerator
 from safetensors.torch import save as safetensors_save
 
-from . import glue, ssa, ssaf
-from .asa import ASAClassifier
+from . import glue
 from .config import FinetuneConfig
 from .errors import UsageError
 from .heads import SequenceClassifier
 from .loop import (CHECKPOINT, METRICS, WEIGHTS, Job, TrainingLoop, check_same_run, finished_run,  # noqa: F401
                    guarded_step, linear_warmup_decay, open_run, param_groups)
+from .methods import SENTENCE, EpochContext, get_method
 from .metrics import compute_metrics, degenerate_predictions
 from .repro import atomic_write, progress, save_torch, seed_everything
-from .ssa import SSAClassifier
 from .weights import check_runnable, load_pretrained
 
 
@@ -98,49 +97,35 @@ def dev_entry(model, task: glue.GlueTask, dev_sets: dict[str, list[dict]], batch
 
 
 def encoder_overrides(cfg: FinetuneConfig) -> dict:
-    """How a method changes the pretrained encoder's config (attention normaliser, ...)."""
-    if cfg.method == "ssaf":
-        return ssaf.encoder_overrides(cfg.sparsegen_lambda)
-    return {}
+    """How the run's method changes the pretrained encoder's config (SSAF: the attention normaliser)."""
+    return get_method(cfg.method).encoder_overrides(cfg)
 
 
 def build_classifier(cfg: FinetuneConfig, encoder, num_labels: int, tokenizer) -> SequenceClassifier:
-    """The task model for the method: the plain head, or one whose training objective the method changes."""
-    if cfg.method in ("ssa-co", "ssa-hybrid"):
-        return SSAClassifier(encoder, num_labels, cfg.classifier_dropout, _special_ids(tokenizer), cfg.max_len,
-                             hybrid=cfg.method == "ssa-hybrid", ssa_target_weight=cfg.ssa_target_weight,
-                             ssa_cls_weight=cfg.ssa_cls_weight, ssa_threshold=cfg.ssa_threshold,
-                             ssa_share_weight=cfg.ssa_share_weight)
-    if cfg.method in ("asa", "bernoulli-mask"):
-        return ASAClassifier(encoder, num_labels, cfg.classifier_dropout, mode=cfg.method.split("-")[0],
-                             asa_tau=cfg.asa_tau, asa_noise=cfg.asa_noise, bernoulli_p=cfg.bernoulli_p)
-    return SequenceClassifier(encoder, num_labels, cfg.classifier_dropout)
-
-
-def _special_ids(tokenizer) -> list[int]:
-    return [tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id]
+    """The task model of the run's method: the plain head, or one whose training objective the method changes."""
+    return get_method(cfg.method).build_model(cfg, encoder, num_labels, tokenizer)
 
 
 def epoch_features(cfg: FinetuneConfig, epoch: int, train: list[dict], model, task, tokenizer,
                    accelerator: Accelerator, out: Path) -> tuple[list[dict], dict]:
-    """The training set of one epoch. SSA relabels it by probing the current model, BERT-mask swaps in masked
-    copies; both are cached in the output folder, so a run resumed mid-epoch trains on the same set."""
-    if cfg.method not in ("ssa-co", "ssa-hybrid", "bert-mask"):
+    """The training set of one epoch: the method's `epoch_data` (SSA relabels it by probing the current model,
+    BERT-mask swaps in masked copies), cached in the output folder so a run resumed mid-epoch trains on the same
+    set; the encoded set itself for methods without one."""
+    hook = get_method(cfg.method).epoch_data
+    if hook is None:
         return train, {}
     cache = out / f"epoch{epoch + 1}_train.pt"
     if not cache.exists():
         started = time.perf_counter()
-        special, mask_id = set(_special_ids(tokenizer)), tokenizer.mask_token_id
-        if cfg.method == "bert-mask":
-            features, stats = ssa.bert_mask_epoch_features(train, epoch, cfg.seed, special, mask_id)
-        else:
-            def probe(feats):
-                with torch.autocast(accelerator.device.type, torch.bfloat16) if cfg.ssa_probe_bf16 else nullcontext():
-                    preds = predict(model, feats, cfg.eval_batch_size, accelerator, tokenizer.pad_token_id).tolist()
-                return preds if task.is_regression else [round(p) for p in preds]
-            features, stats = ssa.ssa_epoch_features(train, probe, epoch, cfg.seed, special, mask_id,
-                                                     task.is_regression, cfg.ssa_label_mode,
-                                                     first_epoch_loss=cfg.ssa_first_epoch_loss)
+
+        def probe(feats: list[dict]) -> list:
+            with torch.autocast(accelerator.device.type, torch.bfloat16) if cfg.ssa_probe_bf16 else nullcontext():
+                preds = predict(model, feats, cfg.eval_batch_size, accelerator, tokenizer.pad_token_id).tolist()
+            return preds if task.is_regression else [round(p) for p in preds]
+
+        special = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
+        features, stats = hook(cfg, train, EpochContext(epoch, task.is_regression, special, tokenizer.mask_token_id,
+                                                        probe))
         stats["label_seconds"] = round(time.perf_counter() - started, 2)
         if accelerator.is_main_process:
             save_torch(cache, {"features": features, "stats": stats})
@@ -241,6 +226,7 @@ def finetune(cfg: FinetuneConfig) -> dict:
     done = finished_run(out, cfg)
     if done is not None:
         return done  # the same command after completion costs nothing
+    get_method(cfg.method).check_family(SENTENCE)  # an unknown method, or one that does not apply to the task
     check_runnable(cfg)  # fp16 without a GPU, sequences longer than the model's positions
     accelerator = open_run(cfg, out)
     seed_everything(cfg.seed)

@@ -66,7 +66,7 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(tiny_model_dir, keywo
     # reproduces: the kill comes at the first checkpoint from step 16 on, in or after epoch 2, so the resume
     # restores a finished epoch's history and, unless the poll lags to step 24, a position inside an epoch.
     kill_after = random.Random(0).randint(3, 25)
-    deadline = time.time() + 120
+    deadline = time.time() + 900  # generous: on a loaded machine start-up alone can take minutes
     while time.time() < deadline and proc.poll() is None:
         ckpt = killed_dir / "checkpoint.pt"
         if ckpt.exists():
@@ -78,6 +78,7 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(tiny_model_dir, keywo
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    assert (killed_dir / "checkpoint.pt").exists(), "no checkpoint before the deadline: the run never got going"
     state = torch.load(killed_dir / "checkpoint.pt", weights_only=False)["state"]
     assert kill_after <= state["global_step"] < 36, f"killed at step {state['global_step']}, not after {kill_after}"
     resumed = run_cli(tiny_args(tiny_model_dir, keyword_glue, killed_dir, save_every=2))

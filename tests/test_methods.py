@@ -1,0 +1,95 @@
+"""The method registry: a method defined and registered outside course_lib fine-tunes like a built-in one, and the
+training code asks the registry instead of testing method names."""
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_lib import methods
+from course_lib.config import FinetuneConfig
+from course_lib.errors import UsageError
+from course_lib.methods import METHODS, Method, get_method, plain_classifier, register
+from course_lib.train import finetune, load_finetuned
+from course_lib.weights import load_pretrained
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def frozen_embeddings(cfg, encoder, num_labels, tokenizer):
+    """A toy method: plain fine-tuning with the embedding layer frozen."""
+    for parameter in encoder.embeddings.parameters():
+        parameter.requires_grad_(False)
+    return plain_classifier(cfg, encoder, num_labels, tokenizer)
+
+
+def halve_the_training_set(cfg, features, context):
+    """A toy per-epoch hook: every other example, a different half each epoch."""
+    kept = features[context.epoch % 2::2]
+    return kept, {"kept": len(kept)}
+
+
+@pytest.fixture
+def toy_method():
+    method = register(Method("frozen-embeddings", "a toy: fine-tuning with frozen embeddings",
+                             build_model=frozen_embeddings, epoch_data=halve_the_training_set))
+    yield method
+    METHODS.pop(method.name)
+
+
+def test_a_method_registered_outside_course_lib_fine_tunes(toy_method, tiny_model_dir, keyword_glue, tmp_path):
+    cfg = FinetuneConfig(task="sst2", model=str(tiny_model_dir), glue_dir=str(keyword_glue), method=toy_method.name,
+                         epochs=2, max_len=32, batch_size=16, lr=1e-3, output_dir=str(tmp_path))
+    result = finetune(cfg)
+    assert result["status"] == "complete" and result["config"]["method"] == "frozen-embeddings"
+    assert [entry["kept"] for entry in result["history"]] == [96, 96]  # its epoch hook ran, cached, each epoch
+    assert all(torch.isfinite(torch.tensor(entry["train_loss"])) for entry in result["history"])
+    trained, _ = load_finetuned(tmp_path)  # rebuilt through the registry from metrics.json
+    pretrained, _ = load_pretrained(tiny_model_dir)
+    assert torch.equal(trained.encoder.embeddings.word.weight, pretrained.embeddings.word.weight)  # frozen
+    assert not torch.equal(trained.encoder.layers[0].ffn.up.weight, pretrained.layers[0].ffn.up.weight)  # trained
+
+
+def test_an_unknown_method_is_one_line_before_anything_is_written(tiny_model_dir, keyword_glue, tmp_path):
+    cfg = FinetuneConfig(task="sst2", model=str(tiny_model_dir), glue_dir=str(keyword_glue), method="magic",
+                         output_dir=str(tmp_path / "run"))
+    with pytest.raises(UsageError, match=r"unknown method 'magic' \(valid: asa, bernoulli-mask, bert-mask"):
+        finetune(cfg)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_method_for_another_task_family_is_refused(tiny_model_dir, keyword_glue, tmp_path):
+    tagging_only = register(Method("tagging-only", "a toy that applies to tagging", families=("tagging",)))
+    try:
+        cfg = FinetuneConfig(task="sst2", model=str(tiny_model_dir), glue_dir=str(keyword_glue),
+                             method="tagging-only", output_dir=str(tmp_path / "run"))
+        with pytest.raises(UsageError, match="method 'tagging-only' does not apply to sentence tasks "
+                                             r"\(it applies to: tagging\)"):
+            finetune(cfg)
+    finally:
+        METHODS.pop("tagging-only")
+
+
+def test_a_second_method_of_the_same_name_is_refused():
+    with pytest.raises(ValueError, match="registered already"):
+        register(Method("ssaf", "another ssaf"))
+    assert register(get_method("ssaf")) is get_method("ssaf")  # the same one again is harmless
+
+
+def test_every_method_declares_fields_the_config_has():
+    fields = {f.name for f in dataclasses.fields(FinetuneConfig)}
+    for method in METHODS.values():
+        assert set(method.fields) <= fields, (method.name, set(method.fields) - fields)
+        assert method.families, method.name
+
+
+def test_no_training_code_tests_a_method_name():
+    """The registry is the one place that knows which method does what: no `method == "ssaf"` elsewhere."""
+    names = "|".join(re.escape(name) for name in METHODS)
+    branch = re.compile(rf"method\s*(==|!=|\bin\b|\bnot in\b)\s*[(\[]?\s*[\"']({names})[\"']")
+    offenders = [f"{path.name}:{number}" for path in sorted((ROOT / "course_lib").glob("*.py"))
+                 if path.name != "methods.py"
+                 for number, line in enumerate(path.read_text().splitlines(), 1) if branch.search(line)]
+    assert not offenders, offenders
+    assert methods.__file__.endswith("methods.py")
