@@ -252,7 +252,7 @@ def _pretrain_step(model, optimizer, batch: tuple, guidance, ag_alpha: float, ac
 
     With optimizer None only the loss is computed (the forward half, for `saved_activation_bytes`).
     """
-    from .train import guarded_step
+    from .loop import guarded_step
 
     inputs, attention_mask, labels = batch
     output = model(inputs, attention_mask, labels, output_attentions=guidance is not None)
@@ -271,8 +271,8 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
     """Training-step time of every method relative to its baseline, built and stepped as the training loops do.
 
     Fine-tuning methods: `train.build_classifier` on the pretrained encoder (`load_pretrained` with the
-    method's overrides), a fused AdamW over `train.param_groups`, and each step is `train.batch_loss` plus
-    `train.guarded_step` on one batch of `seq_len` real tokens per row. The learning rate is 0, as on the
+    method's overrides), a fused AdamW over `loop.param_groups`, and each step is `train.batch_loss` plus
+    `loop.guarded_step` on one batch of `seq_len` real tokens per row. The learning rate is 0, as on the
     first step of the real warmup schedule, so the weights stay put and every round times the same work.
     AG is a pre-training method: the MLM + AG step against the plain MLM step of `pretrain.pretrain`, on one
     small model (`PretrainConfig`'s defaults, blocks packed by `pretrain.pack_blocks`, masks by `mask_tokens`).
@@ -315,11 +315,13 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
 def _finetune_contestants(model_name, lines: list[str], batch_size: int, seq_len: int, accelerator):
     """(steps, saved activation bytes, (cfg, model, optimizer, tokenizer) by method, tokenizer) for every
     fine-tuning method, each model built as finetune builds it and stepped on the same batch at lr 0."""
+    from . import glue
     from .config import FinetuneConfig
+    from .loop import param_groups
     from .methods import get_method
     from .repro import seed_everything
     from .ssa import default_token_labels
-    from .train import build_classifier, encoder_overrides, param_groups
+    from .train import build_classifier, encoder_overrides
 
     contestants, steps, saved, plain_features = {}, {}, {}, None
     for method in FINETUNE_METHODS:
@@ -332,7 +334,7 @@ def _finetune_contestants(model_name, lines: list[str], batch_size: int, seq_len
         model.train()
         features = plain_features = plain_features or fixed_length_features(lines, tokenizer, batch_size, seq_len)
         if get_method(method).token_labels:  # epoch-0 token labels: the SSA loss runs; its values do not matter
-            special = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
+            special = glue.special_token_ids(tokenizer)
             features = [{**f, "token_labels": default_token_labels(f, special)} for f in features]
         contestants[method] = (cfg, model, optimizer, tokenizer)
         steps[method] = (lambda m=model, o=optimizer, f=features, c=cfg, t=tokenizer:
@@ -346,9 +348,9 @@ def _pretrain_contestants(pcfg, lines: list[str], tokenizer, accelerator, steps:
     """Add the MLM and MLM + AG steps of one small model (as pretrain builds it) to `steps` and `saved`;
     return the batch's shape."""
     from .ag import ag_scale_at
+    from .loop import param_groups
     from .pretrain import build_mlm_model, mask_tokens, pack_blocks, pad_blocks, step_generator
     from .repro import seed_everything
-    from .train import param_groups
 
     seed_everything(pcfg.seed)
     mlm_model, guidance = build_mlm_model(pcfg, tokenizer)

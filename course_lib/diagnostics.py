@@ -238,8 +238,7 @@ def one_run(task: str, method: str, seed: int, budget: Budget, root: Path, model
         result["reliance"] = result["clean"] - result["anti"]
     else:
         truth = wordpiece_positions(evals["dev"], tokenizer, budget.max_len)
-        special = [tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id]
-        ranked = token_rankings(net, feats["dev"], special, tokenizer.pad_token_id)
+        ranked = token_rankings(net, feats["dev"], sorted(glue.special_token_ids(tokenizer)), tokenizer.pad_token_id)
         for name in ("cls_last", "cls_layers", "ssa"):
             if ranked[name][0] is not None:
                 result[f"p@k_{name}"] = float(np.mean([precision_at_k(s, t, c) for s, t, c in

@@ -92,6 +92,11 @@ GLUE_TASKS: dict[str, GlueTask] = {
 }
 
 
+def special_token_ids(tokenizer) -> set[int]:
+    """[CLS], [SEP] and [PAD]: the tokens that are not text, which no method masks, probes or labels."""
+    return {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
+
+
 def get_task(name: str) -> GlueTask:
     """Look a task up by name, ignoring case and dashes, so 'SST-2', 'sst2' and 'STS-B' work."""
     key = name.lower().replace("-", "")

@@ -122,14 +122,14 @@ def write_generated_glue(folder: Path, train_rows: int = 256, dev_rows: int = 64
 
 
 def random_batch(vocab_size: int, batch: int, seq: int, device, seed: int = 0):
-    """Token ids (B, L) with [CLS]/[SEP] and an attention mask whose odd rows end in padding."""
+    """Random token ids (B, L), 0 (padding) where the attention mask is 0: odd rows end in padding, so the
+    comparison covers masked keys too. A random-init model needs no real text."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(len(SPECIALS), vocab_size, (batch, seq), generator=g)
     mask = torch.ones(batch, seq, dtype=torch.long)
     for row in range(1, batch, 2):
         length = int(torch.randint(seq // 2, seq, (1,), generator=g))
         mask[row, length:] = 0
-    ids[:, 0] = 2
     ids = ids * mask
     return ids.to(device), mask.to(device)
 

@@ -176,7 +176,8 @@ class MultitaskJob(Job):
                                      self.pad_id, self.loop.accelerator)
         totals = self.loop.state.setdefault("epoch_totals", {}).setdefault(name, {"steps": 0, "loss": 0.0})
         totals["steps"] += 1  # skipped steps count too: the task's share of the epoch
-        return loss, loss.item(), {"task": name, "loss": loss.item(), "stats": stats}
+        value = loss.item()
+        return loss, value, {"task": name, "loss": value, "stats": stats}
 
     def record(self, record: dict) -> None:
         totals = self.loop.state["epoch_totals"][record["task"]]

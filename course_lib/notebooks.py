@@ -125,7 +125,6 @@ class Notebook:
 
     def save_results(self, results: dict) -> Path:
         """Write metrics.json (atomically) with the parameters, results and time; the run is then complete."""
-
         path = self.output_dir / METRICS
         write_json(path, {"kind": "notebook", "notebook": self.name, "status": "complete",
                           "parameters": self.params, "results": results,
@@ -235,7 +234,6 @@ def main(argv: list[str] | None = None) -> int:
             for name in notebook_names():
                 print(f"{name:<40} presets: {', '.join(presets_of(name))}")
         elif args.command == "run":
-
             overrides = dict(parse_override(text) for text in args.overrides)
             out = run_notebook(args.notebook, args.preset, overrides, args.output_dir, args.kernel,
                                args.cell_timeout)

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .glue import special_token_ids
 from .heads import ClassifierOutput, SequenceClassifier
 
 IGNORE = -1  # token label of [CLS], [SEP], padding and (paper mode) unmasked tokens
@@ -248,8 +249,8 @@ SSA_FIELDS = ("ssa_target_weight", "ssa_label_mode", "ssa_share_weight", "ssa_fi
 
 
 def _build_ssa(cfg, encoder, num_labels: int, tokenizer, hybrid: bool) -> SSAClassifier:
-    specials = [tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id]
-    return SSAClassifier(encoder, num_labels, cfg.classifier_dropout, specials, cfg.max_len, hybrid=hybrid,
+    return SSAClassifier(encoder, num_labels, cfg.classifier_dropout, sorted(special_token_ids(tokenizer)),
+                         cfg.max_len, hybrid=hybrid,
                          ssa_target_weight=cfg.ssa_target_weight, ssa_cls_weight=cfg.ssa_cls_weight,
                          ssa_threshold=cfg.ssa_threshold, ssa_share_weight=cfg.ssa_share_weight)
 

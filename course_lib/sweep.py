@@ -51,8 +51,8 @@ import yaml
 
 from .collect import lock_exclusive, write_results
 from .config import FinetuneConfig
-from .methods import get_method
 from .errors import Parser, UsageError, report_errors, yaml_float_hint
+from .methods import get_method
 from .notebooks import NotebookRun
 from .repro import METRICS, check_writable_dir, progress, remove_stale_temporaries, write_json
 from .weights import check_model

@@ -26,8 +26,8 @@ from . import glue
 from .config import FinetuneConfig
 from .errors import UsageError
 from .heads import SequenceClassifier
-from .loop import (CHECKPOINT, METRICS, WEIGHTS, Job, TrainingLoop, check_same_run, finished_run,  # noqa: F401
-                   guarded_step, linear_warmup_decay, open_run, param_groups)
+from .loop import Job, TrainingLoop, finished_run, open_run
+from .repro import METRICS, WEIGHTS
 from .methods import SENTENCE, EpochContext, get_method
 from .metrics import compute_metrics, degenerate_predictions
 from .repro import atomic_write, progress, save_torch, seed_everything
@@ -123,9 +123,9 @@ def epoch_features(cfg: FinetuneConfig, epoch: int, train: list[dict], model, ta
                 preds = predict(model, feats, cfg.eval_batch_size, accelerator, tokenizer.pad_token_id).tolist()
             return preds if task.is_regression else [round(p) for p in preds]
 
-        special = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
-        features, stats = hook(cfg, train, EpochContext(epoch, task.is_regression, special, tokenizer.mask_token_id,
-                                                        probe))
+        context = EpochContext(epoch, task.is_regression, glue.special_token_ids(tokenizer), tokenizer.mask_token_id,
+                               probe)
+        features, stats = hook(cfg, train, context)
         stats["label_seconds"] = round(time.perf_counter() - started, 2)
         if accelerator.is_main_process:
             save_torch(cache, {"features": features, "stats": stats})

@@ -215,10 +215,8 @@ def check_fits_model(max_len: int, model: str | None) -> None:
 
 
 def check_runnable(cfg) -> None:
-    """The checks a run makes before it loads data or trains: the machine fits, the sequences fit the model.
-
-    Pre-training builds its own model with max_len positions, so only the device is checked there.
+    """The checks a fine-tuning or multitask run makes before it loads data or trains: the machine fits, the
+    sequences fit the model. (Pre-training builds its own model with max_len positions: it checks the device.)
     """
     check_mixed_precision(cfg.mixed_precision)
-    if hasattr(cfg, "model"):
-        check_fits_model(cfg.max_len, cfg.model)
+    check_fits_model(cfg.max_len, cfg.model)

@@ -1,4 +1,5 @@
 """pytest settings for running the notebooks under nbval (`make test`, or `pytest notebooks/NAME.ipynb`)."""
+import functools
 import os
 from pathlib import Path
 
@@ -22,6 +23,7 @@ def glue_unavailable() -> str | None:
             "(HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0)")
 
 
+@functools.cache
 def needs_glue(notebook: str) -> bool:
     """A notebook fine-tunes on GLUE when its smoke preset names a task (00-03, 05); 04 falls back to generated
     text and 06 only reads finished runs."""

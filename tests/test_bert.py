@@ -9,7 +9,7 @@ from course_lib.bert import BertModel
 from course_lib.config import BertConfig
 from course_lib.errors import UsageError
 from course_lib.heads import SequenceClassifier
-from course_lib.train import param_groups
+from course_lib.loop import param_groups
 from course_lib.weights import hf_to_ours, load_pretrained, ours_to_hf
 
 ATOL = 1e-5
