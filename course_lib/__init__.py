@@ -7,9 +7,10 @@ used without paying for torch and transformers at import time.
 __version__ = "0.1.0"
 
 _PUBLIC = {
-    "BertConfig": "config", "FinetuneConfig": "config", "UsageError": "errors",
-    "BertModel": "bert", "BertOutput": "bert", "load_pretrained": "weights",
-    "MultitaskConfig": "config", "MultitaskBert": "multitask", "train_multitask": "multitask",
+    "BertConfig": "model.config", "FinetuneConfig": "training.config", "UsageError": "errors",
+    "BertModel": "model.bert", "BertOutput": "model.bert", "load_pretrained": "model.weights",
+    "MultitaskConfig": "training.config", "MultitaskBert": "training.multitask",
+    "train_multitask": "training.multitask",
 }
 __all__ = sorted(_PUBLIC)
 

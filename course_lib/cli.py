@@ -12,9 +12,10 @@ import re
 import sys
 import typing
 
-from .config import FinetuneConfig, MultitaskConfig, PretrainConfig, field_choices, field_docs
-from .errors import Parser, UsageError, report_errors
-from .methods import METHODS
+from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, field_choices, field_docs
+from course_lib.errors import Parser, UsageError, report_errors
+from course_lib.fast.allocator import keep_freed_memory
+from course_lib.methods.registry import METHODS
 
 ENTRY_POINTS = (  # the other command lines, named in the top-level --help
     ("course_lib.notebooks", "run a notebook with a preset and --set overrides (papermill), or list them"),
@@ -69,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         _add_config_options(command, config_cls)
     bench = commands.add_parser("bench", help="benchmarks, measured side by side in one process")
-    bench.add_argument("what", choices=["speed", "methods", "sparsemax", "diagnostics", "reproduce"],
+    bench.add_argument("what", choices=["speed", "methods", "sparsemax", "diagnostics", "reproduce", "squad"],
                        help="speed: our encoder vs Hugging Face's BertModel; methods: each method's training step "
                             "vs vanilla (AG vs MLM) and SSA's label generation; sparsemax: ours vs entmax; "
                             "diagnostics: shortcut reliance and precision@k on synthetic data with ground truth; "
@@ -80,6 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--seq-lens", type=int, nargs="+", default=None,
                        help="speed: 64 128; methods: 64; sparsemax: 128 (the first length only)")
     bench.add_argument("--repeats", type=int, default=10)
+    bench.add_argument("--qa-batch-size", type=int, default=8, help="speed: questions per batch of the span-QA case")
+    bench.add_argument("--squad-file", default=None, help="squad: the SQuAD v1.1 dev file to split by article "
+                                                          "(default: $SQUAD_DIR/dev-v1.1.json)")
+    bench.add_argument("--train-questions", type=int, default=2000,
+                       help="squad: a seeded subset of the training articles' questions (0: all of them)")
+    bench.add_argument("--epochs", type=int, default=None, help="squad: training epochs (default 2)")
+    bench.add_argument("--fast-kernels", action=argparse.BooleanOptionalAction, default=True,
+                       help="methods: swap the CPU kernels in (course_lib.fast.optimize) as training does; "
+                            "speed times both forms side by side")
     bench.add_argument("--epoch-examples", type=int, default=512, help="methods: sentences in the SSA epoch")
     bench.add_argument("--glue-dir", default=None,
                        help="methods: SST-2 sentences from here (default: $GLUE_DIR, else generated text)")
@@ -89,9 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--seeds", default="0,1,2", help="diagnostics: comma list of seeds")
     bench.add_argument("--quick", action="store_true", help="diagnostics: the smoke budget (tiny data, for tests)")
     bench.add_argument("--output-dir", default=None,
-                       help="diagnostics, reproduce: run folders, reused if there "
-                            "(default runs/diagnostics, runs/sweep/<grid name>)")
-    bench.add_argument("--grid", default=None, help="reproduce: the sweep grid (default ci/grids/cpu_reproduction.yaml)")
+                       help="diagnostics, reproduce, squad: run folders, reused if there "
+                            "(default runs/diagnostics, runs/sweep/<grid name>, runs/bench/squad)")
+    bench.add_argument("--grid", default=None,
+                       help="reproduce: the sweep grid (default ci/grids/cpu_reproduction.yaml)")
     bench.add_argument("--report", default=None, help="reproduce: where the report goes "
                                                       "(default results/cpu_reproduction.md)")
     bench.add_argument("--shard", default=None, metavar="I/N", help="reproduce: run only the I-th of N parts")
@@ -104,16 +115,16 @@ CONFIGS = {"finetune": FinetuneConfig, "pretrain": PretrainConfig, "multitask": 
 def _train(command: str, cfg) -> dict:
     """Run one training command; return the summary it prints (the full result is its metrics.json)."""
     if command == "finetune":
-        from .train import finetune
+        from course_lib.training.finetune import finetune
 
         result = finetune(cfg)
         return {k: v for k, v in result.items() if k.startswith("dev")}
     if command == "pretrain":
-        from .pretrain import pretrain
+        from course_lib.training.pretrain import pretrain
 
         result = pretrain(cfg)
         return {"method": result["method"], "corpus": result["corpus"]["source"], **result["final"]}
-    from .multitask import train_multitask
+    from course_lib.training.multitask import train_multitask
 
     result = train_multitask(cfg)
     return {"dev": result["dev"], "overall": result["overall"]}
@@ -130,19 +141,24 @@ def run(argv: list[str]) -> int:
     if extra:
         raise UsageError(f"unknown option {extra[0]!r} for {command} "
                          f"(valid: {', '.join(commands[command].options())})")
+    keep_freed_memory()  # a setting of this process, made by the command line, never inside a notebook's kernel
     if command in CONFIGS:
         cfg = CONFIGS[command].from_dict(args)
         print(json.dumps(_train(command, cfg), sort_keys=True))
     elif command == "bench" and namespace.what == "reproduce":
-        from . import reproduce
+        from course_lib.experiments import reproduce
 
         return reproduce.main(namespace)
+    elif command == "bench" and namespace.what == "squad":
+        from course_lib.bench import squad_reference
+
+        squad_reference.main(namespace)
     elif command == "bench" and namespace.what == "diagnostics":
-        from . import diagnostics
+        from course_lib.bench import diagnostics
 
         diagnostics.main(namespace)
     elif command == "bench":
-        from . import bench
+        from course_lib.bench import suite as bench
 
         bench.main(namespace)
     return 0

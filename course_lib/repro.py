@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .errors import UsageError
+from course_lib.errors import UsageError
 
 CHECKPOINT, METRICS, WEIGHTS = "checkpoint.pt", "metrics.json", "model.safetensors"  # every run folder's files
 

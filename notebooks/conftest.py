@@ -27,7 +27,7 @@ def glue_unavailable() -> str | None:
 def needs_glue(notebook: str) -> bool:
     """A notebook fine-tunes on GLUE when its smoke preset names a task (00-03, 05); 04 falls back to generated
     text and 06 only reads finished runs."""
-    from course_lib.notebooks import load_preset
+    from course_lib.experiments.notebooks import load_preset
 
     return bool({"task", "tasks"} & set(load_preset(notebook, "smoke")))
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib.weights import default_model_dir
+from course_lib.model.weights import default_model_dir
 from sentiment_words import BAD, FILLER, GOOD
 
 @pytest.fixture(scope="session")

@@ -5,11 +5,11 @@ import sys
 
 import pytest
 
-from course_lib.allocator import OPT_OUT
+from course_lib.fast.allocator import OPT_OUT
 
 STEPS = """
 import resource, torch
-from course_lib.allocator import keep_freed_memory
+from course_lib.fast.allocator import keep_freed_memory
 def minflt():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 before = minflt()  # the yardstick, before malloc is changed: faults to first touch a fresh 64 MiB block

@@ -2,10 +2,10 @@
 import pytest
 import torch
 
-from course_lib.asa import ADVERSARIAL_MASK, ASAClassifier, Adversary, binarize, grad_reverse, symmetric_kl
-from course_lib.bert import BertModel
-from course_lib.config import BertConfig
-from course_lib.heads import SequenceClassifier
+from course_lib.methods.asa import ADVERSARIAL_MASK, ASAClassifier, Adversary, binarize, grad_reverse, symmetric_kl
+from course_lib.model.bert import BertModel
+from course_lib.model.config import BertConfig
+from course_lib.model.heads import SequenceClassifier
 
 
 def tiny_encoder(seed=0):

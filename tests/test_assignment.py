@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib import assignment, check
+from course_lib.teaching import assignment
+from course_lib.teaching import check
 from course_lib.errors import UsageError
-from course_lib.optim import AdamW
+from course_lib.training.optim import AdamW
 
 RESTORED = ("q1b", "q3c")  # answers put back into one student copy
 
@@ -57,7 +58,7 @@ def test_references_are_up_to_date(tmp_path):
 
     fresh = load_file(str(assignment.make_references(tmp_path / "references.safetensors")))
     committed = load_file(str(check.REFERENCES))
-    assert sorted(fresh) == sorted(committed), "run: python -m course_lib.assignment make-references"
+    assert sorted(fresh) == sorted(committed), "run: python -m course_lib.teaching.assignment make-references"
     atol = {(c.question, c.name): c.atol for c in check.CHECKS}
     for key, value in fresh.items():
         question, name, part, _ = key.split("/")
@@ -69,7 +70,7 @@ def test_references_are_up_to_date(tmp_path):
 def test_student_copy_imports_and_every_public_check_raises_not_implemented(student, manifest):
     files = set(tree(student))
     assert not any(f.startswith(assignment.STAFF_ONLY) for f in files)
-    assert {"assignment/manifest.json", "STRUCTURE.md", "course_lib/assignment_refs/references.safetensors"} <= files
+    assert {"assignment/manifest.json", "STRUCTURE.md", "course_lib/teaching/assignment_refs/references.safetensors"} <= files
     assert not any(assignment.BEGIN in (student / f).read_text() for f in files if f.endswith(".py"))
     for q in manifest["questions"]:
         for function in q["functions"]:

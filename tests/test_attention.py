@@ -5,10 +5,10 @@ import entmax
 import pytest
 import torch
 
-from course_lib.asa import ADVERSARIAL_MASK
-from course_lib.attention import attend, get_normalizer, softmax, sparsegen_lin, sparsity
-from course_lib.bert import BertModel
-from course_lib.config import BertConfig
+from course_lib.methods.asa import ADVERSARIAL_MASK
+from course_lib.model.attention import attend, get_normalizer, softmax, sparsegen_lin, sparsity
+from course_lib.model.bert import BertModel
+from course_lib.model.config import BertConfig
 from course_lib.errors import UsageError
 
 

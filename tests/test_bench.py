@@ -6,8 +6,11 @@ import math
 import torch
 from torch import nn
 
-from course_lib import bench, cli
-from course_lib.config import PretrainConfig
+from course_lib.bench import suite as bench
+from course_lib.bench import timing
+from course_lib.bench.span_speed import format_span_speed, span_speed
+from course_lib import cli
+from course_lib.training.config import PretrainConfig
 
 TINY_PRETRAIN = PretrainConfig(num_layers=1, hidden_size=32, num_heads=8, intermediate_size=64, max_len=16,
                                batch_size=4)
@@ -27,10 +30,10 @@ def test_saved_activation_bytes_counts_each_storage_once_and_skips_weights():
 def test_ratio_summary_pairs_rounds():
     """Ratios are taken round by round (pairs share a round's drift), then summarised; never medians' ratio."""
     numerators, denominators = [10.0, 1.0, 30.0, 2.0, 50.0], [10.0, 1.0, 10.0, 1.0, 10.0]  # ratios 1 1 3 2 5
-    assert bench.ratio_summary(numerators, denominators) == {"median": 2.0, "iqr": [1.0, 3.0]}  # medians' ratio: 1
-    assert bench.ratio_summary([1.0, 2.0, 3.0, 4.0], [1.0] * 4) == {"median": 2.5, "iqr": [1.75, 3.25]}
-    assert bench.ratio_summary([3.0], [2.0]) == {"median": 1.5, "iqr": [1.5, 1.5]}
-    assert bench.ratio_summary([1.0, 2.0], [3.0, 3.0]) == {"median": 0.5, "iqr": [0.417, 0.583]}  # 3 decimals
+    assert timing.ratio_summary(numerators, denominators) == {"median": 2.0, "iqr": [1.0, 3.0]}  # medians' ratio: 1
+    assert timing.ratio_summary([1.0, 2.0, 3.0, 4.0], [1.0] * 4) == {"median": 2.5, "iqr": [1.75, 3.25]}
+    assert timing.ratio_summary([3.0], [2.0]) == {"median": 1.5, "iqr": [1.5, 1.5]}
+    assert timing.ratio_summary([1.0, 2.0], [3.0, 3.0]) == {"median": 0.5, "iqr": [0.417, 0.583]}  # 3 decimals
 
 
 def table_row(table: str, first_cell: str) -> str:
@@ -109,6 +112,16 @@ def test_speed_benchmark_compares_identical_outputs(tiny_model_dir):
     assert [(c["seq_len"], c["mode"]) for c in result["cases"]] == [(16, "train"), (16, "inference")]
     for case in result["cases"]:
         assert case["max_abs_diff_vs_ours"] < 1e-5  # HF sdpa, HF eager and our [CLS]-only pass: same pooler output
-        assert set(case["speedup_vs"]) == {"ours_cls", "hf_sdpa", "hf_eager"}
-        assert all(positive(x) for x in (*case["speedup_vs"].values(), *case["cls_speedup_vs"].values()))
+        assert set(case["speedup_vs"]) == {"ours_cls", "plain_cls", "hf_sdpa", "hf_eager"}
+        assert all(positive(x) for x in (*case["speedup_vs"].values(), *case["cls_speedup_vs"].values(),
+                                         *case["plain_cls_speedup_vs"].values()))
     assert "| 16 | train |" in bench.format_speed(result)
+
+
+def test_span_speed_compares_identical_logits_with_hugging_faces_qa_model(tiny_model_dir):
+    result = span_speed(str(tiny_model_dir), batch_size=2, seq_len=32, repeats=2, warmup=0)
+    assert result["max_abs_diff_vs_ours"] < 1e-5  # fast, plain and BertForQuestionAnswering: the same logits
+    assert [c["mode"] for c in result["cases"]] == ["train", "inference"]
+    assert all(positive(c["hf_over_ours"]["median"]) and positive(c["hf_over_plain"]["median"])
+               for c in result["cases"])
+    assert "| train |" in format_span_speed(result) and "| inference |" in format_span_speed(result)

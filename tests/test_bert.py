@@ -5,12 +5,12 @@ import pytest
 import torch
 import transformers
 
-from course_lib.bert import BertModel
-from course_lib.config import BertConfig
+from course_lib.model.bert import BertModel
+from course_lib.model.config import BertConfig
 from course_lib.errors import UsageError
-from course_lib.heads import SequenceClassifier
-from course_lib.loop import param_groups
-from course_lib.weights import hf_to_ours, load_pretrained, ours_to_hf
+from course_lib.model.heads import SequenceClassifier, cls_row_layer
+from course_lib.training.loop import param_groups
+from course_lib.model.weights import hf_to_ours, load_pretrained, ours_to_hf
 
 ATOL = 1e-5
 
@@ -66,21 +66,22 @@ def test_fast_path_equals_explicit_attention(ours, batch):
     torch.testing.assert_close(fast.last_hidden_state, slow.last_hidden_state, atol=ATOL, rtol=0)
 
 
-def test_cls_only_last_layer_gives_hugging_faces_pooled_output_and_the_same_gradients(ours, batch, minilm_dir):
-    """The classification heads' shortcut: the last layer computes [CLS] alone, with a bias per query row."""
+def test_cls_row_last_layer_gives_hugging_faces_pooled_output_and_the_same_gradients(ours, batch, minilm_dir):
+    """The classification heads' shortcut (heads.cls_row_layer): the last layer computes [CLS] alone, with a bias
+    per query row."""
     model, _ = ours
     ids, mask, types = batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]
     with torch.no_grad():
-        short = model(ids, mask, types, cls_only=True)
+        short = model(ids, mask, types, last_layer=cls_row_layer)
         want = hf_model(minilm_dir, "sdpa")(**batch).pooler_output
     assert short.last_hidden_state.shape == (4, 1, model.config.hidden_size)
     torch.testing.assert_close(short.pooler_output, want, atol=ATOL, rtol=0)
     L = ids.shape[1]
     bias = torch.randn(4, 1, L, L) * (torch.rand(4, 1, L, L) < 0.3) * -1e4  # ASA-like cuts, different per row
     grads = []
-    for cls_only in (False, True):
+    for last_layer in (None, cls_row_layer):
         model.zero_grad(set_to_none=True)
-        model(ids, mask, types, attention_bias=bias, cls_only=cls_only).pooler_output.square().sum().backward()
+        model(ids, mask, types, attention_bias=bias, last_layer=last_layer).pooler_output.square().sum().backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     model.zero_grad(set_to_none=True)
     assert grads[0].keys() == grads[1].keys()

@@ -11,19 +11,14 @@ import sys
 import pytest
 import torch
 
-from course_lib import cli, notebooks
-from course_lib.config import (
-    BertConfig,
-    FinetuneConfig,
-    MultitaskConfig,
-    PretrainConfig,
-    TrainingRunConfig,
-    check_mixed_precision,
-    field_docs,
-)
+from course_lib import cli
+from course_lib.experiments import notebooks
+from course_lib.model.config import BertConfig, check_mixed_precision
+from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, TrainingRunConfig, field_docs
 from course_lib.errors import UsageError, yaml_float_hint
-from course_lib.glue import GLUE_TASKS
-from course_lib.weights import check_fits_model
+from course_lib.tasks.glue import GLUE_TASKS
+from course_lib.tasks.registry import TASKS
+from course_lib.model.weights import check_fits_model
 
 CONFIGS = {"finetune": FinetuneConfig, "pretrain": PretrainConfig, "multitask": MultitaskConfig}
 
@@ -161,7 +156,7 @@ def test_help_gives_each_options_description_and_default(command, capsys, monkey
 
 def test_help_lists_the_valid_names(capsys, monkeypatch):
     entries = option_help(help_text(["finetune", "--help"], capsys, monkeypatch))
-    assert f"(valid: {', '.join(GLUE_TASKS)})" in entries["--task"]
+    assert f"(valid: {', '.join(TASKS)})" in entries["--task"] and {*GLUE_TASKS, "squad", "squad_v2"} <= set(TASKS)
     assert "ssa-hybrid" in entries["--method"] and "bernoulli-mask" in entries["--method"]
     assert "(valid: no, fp16, bf16)" in entries["--mixed-precision"]
 

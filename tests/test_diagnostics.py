@@ -5,9 +5,9 @@ import random
 import pytest
 from transformers import BertTokenizerFast
 
-from course_lib import diagnostics as d
+from course_lib.bench import diagnostics as d
 from course_lib.cli import main
-from course_lib.glue import Example, encode
+from course_lib.tasks.glue import Example, encode
 
 
 @pytest.fixture(scope="module")

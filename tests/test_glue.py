@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from course_lib.errors import UsageError
-from course_lib.glue import (
+from course_lib.tasks.glue import (
     GLUE_TASKS,
     Example,
     collate,

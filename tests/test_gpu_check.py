@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib import gpu_check
-from course_lib.notebooks import check_parameters, notebook_names
+from course_lib.bench import gpu_check
+from course_lib.experiments.notebooks import check_parameters, notebook_names
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,7 +46,7 @@ def test_every_shrunk_paper_preset_is_a_valid_parameter_set(tmp_path):
 def test_parity_catches_a_perturbed_weight(tmp_path, monkeypatch):
     model_dir = gpu_check.make_random_model(tmp_path / "tiny", "tiny")
     assert gpu_check.parity(model_dir, torch.device("cpu"), batch=2, seq=16)["passed"]
-    from course_lib import weights
+    from course_lib.model import weights
 
     real = weights.load_pretrained
 
@@ -62,7 +62,7 @@ def test_parity_catches_a_perturbed_weight(tmp_path, monkeypatch):
 
 
 def test_generated_glue_reads_back_through_the_glue_reader(tmp_path):
-    from course_lib import glue
+    from course_lib.tasks import glue
 
     folder = gpu_check.write_generated_glue(tmp_path, train_rows=10, dev_rows=5)
     for task in glue.GLUE_TASKS.values():

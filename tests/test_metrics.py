@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from course_lib.errors import UsageError
-from course_lib.metrics import METRICS, compute_metrics, degenerate_predictions, paired_t_test
+from course_lib.tasks.metrics import METRICS, compute_metrics, degenerate_predictions, paired_t_test
 
 # A binary confusion matrix written out by hand: tp=3, tn=2, fp=1, fn=2.
 LABELS = [1, 1, 1, 1, 1, 0, 0, 0]
@@ -94,7 +94,7 @@ def test_bad_input():
 
 def test_metrics_module_does_not_import_torch():
     """Data and metrics must not know the model: importing metrics must not pull in torch."""
-    code = "import sys, course_lib.metrics; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, course_lib.tasks.metrics; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
 
 

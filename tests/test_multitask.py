@@ -8,11 +8,13 @@ import pytest
 import torch
 from sentiment_words import BAD, FILLER, GOOD
 
-from course_lib import cli, loop, multitask
-from course_lib.config import MultitaskConfig
+from course_lib import cli
+from course_lib.training import loop
+from course_lib.training import multitask
+from course_lib.training.config import MultitaskConfig
 from course_lib.errors import UsageError
-from course_lib.multitask import epoch_plan, schedule_alpha, task_config, task_schedule, train_multitask
-from course_lib.train import finetune
+from course_lib.training.multitask import epoch_plan, schedule_alpha, task_config, task_schedule, train_multitask
+from course_lib.training.finetune import finetune
 
 SIZES = [7, 3, 5]  # batches per task
 
@@ -109,8 +111,8 @@ def tiny(model_dir, glue_dir, out, **extra) -> MultitaskConfig:
 
 
 def test_one_encoder_and_a_head_per_task_from_the_registry(tiny_model_dir):
-    from course_lib.ssa import SSAClassifier
-    from course_lib.weights import load_pretrained
+    from course_lib.methods.ssa import SSAClassifier
+    from course_lib.model.weights import load_pretrained
 
     encoder, tokenizer = load_pretrained(tiny_model_dir)
     model = multitask.build_multitask(MultitaskConfig(tasks="sst2,rte,stsb", ssa="rte"), encoder, tokenizer)
@@ -198,7 +200,7 @@ def test_each_task_whose_dev_predictions_are_constant_is_named(tiny_model_dir, t
                                                                capsys):
     """A classifier that answers one class and a regressor that answers one score: both flagged per task, in
     the log and in metrics.json, through the evaluation finetune uses too."""
-    from course_lib import train
+    from course_lib.training import finetune as train
 
     monkeypatch.setattr(train, "predict", lambda model, features, *a, **k: torch.full((len(features),), 1.0))
     result = train_multitask(tiny(tiny_model_dir, toy_glue, tmp_path, tasks="sst2,stsb", epochs=1))

@@ -14,9 +14,9 @@ import nbformat
 import pytest
 import yaml
 
-from course_lib import notebooks
+from course_lib.experiments import notebooks
 from course_lib.errors import UsageError
-from course_lib.notebooks import Notebook, check_parameters, load_preset, notebook_names, presets_of
+from course_lib.experiments.notebooks import Notebook, check_parameters, load_preset, notebook_names, presets_of
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = notebook_names()
@@ -109,7 +109,7 @@ def test_runner_rejects_bad_input_before_starting_a_kernel(argv, message, capsys
 TINY = "00_tiny"
 TINY_CELLS = [
     ("markdown", "# Tiny\n\nLearning goals: none. Runs in about 1 s.\n\n## Summary\n\n## Exercises"),
-    ("code", f'from course_lib.notebooks import Notebook\nnb = Notebook("{TINY}", globals())'),
+    ("code", f'from course_lib.experiments.notebooks import Notebook\nnb = Notebook("{TINY}", globals())'),
     ("parameters", 'preset = "smoke"  # which preset\nx = 2  # the input\nnap = 0.0  # seconds to sleep\n'
                    'output_dir = "out"  # results'),
     ("code", "import time\np = nb.parameters(globals())\ntime.sleep(p.nap)"),
@@ -203,7 +203,7 @@ def test_nbval_fails_when_a_checked_output_or_a_check_changes(tiny_notebooks, tm
 @pytest.mark.parametrize("grid, runs", [("notebooks_smoke", 7), ("notebooks_cpu", 6), ("notebooks_paper", 6)])
 def test_notebook_grids_expand_and_dry_run(grid, runs, tmp_path, capsys):
     """The paper grid cannot run here (no GPU), but every run must validate and the dry run must add up hours."""
-    from course_lib import sweep
+    from course_lib.experiments import sweep
 
     path = ROOT / "ci" / "grids" / f"{grid}.yaml"
     expanded = sweep.load_grid(path, tmp_path)

@@ -1,15 +1,21 @@
 """MLM pre-training from scratch, with and without AG: curves, determinism, resume, data, bad input."""
 import json
+import math
+import os
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
 from course_lib import cli
-from course_lib import loop as loop_module
-from course_lib.config import BertConfig, PretrainConfig
+from course_lib.training import loop as loop_module
+from course_lib.model.config import BertConfig
+from course_lib.tasks.squad import write_article_split
+from course_lib.training.config import FinetuneConfig, PretrainConfig
+from course_lib.training.finetune import finetune
 from course_lib.errors import RunFailed, UsageError
-from course_lib.pretrain import (BertForMaskedLM, export_model, generated_corpus, load_corpus, mask_tokens,
+from course_lib.training.pretrain import (BertForMaskedLM, export_model, generated_corpus, load_corpus, mask_tokens,
                                  pack_blocks, pretrain, step_generator)
 
 STEPS = 40
@@ -191,3 +197,18 @@ def test_bad_options_are_one_line_usage_errors(args, message, capsys):
     assert cli.main(["pretrain", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and err.strip().count("\n") == 0
+
+
+def test_an_ag_pretrained_encoder_fine_tunes_on_span_qa(runs, tmp_path):
+    """AG changes pre-training only: its exported folder is a BERT that any task family fine-tunes, SQuAD too."""
+    squad_dir = os.environ.get("SQUAD_DIR")
+    if not squad_dir:
+        pytest.skip("SQUAD_DIR is not set (the real SQuAD v1.1 dev file)")
+    files = write_article_split(Path(squad_dir) / "dev-v1.1.json", 38, tmp_path / "data")
+    cfg = FinetuneConfig(task="squad", model=str(runs["ag"][1]), train_file=str(files[0]),
+                         validation_file=str(files[1]), max_len=32, doc_stride=8, max_query_length=12,
+                         max_train_samples=16, max_eval_samples=8, epochs=1, batch_size=8, lr=1e-3,
+                         output_dir=str(tmp_path / "qa"))
+    result = finetune(cfg)
+    assert result["status"] == "complete" and set(result["dev"]) == {"exact_match", "f1"}
+    assert all(math.isfinite(entry["train_loss"]) for entry in result["history"])

@@ -2,11 +2,11 @@
 import json
 from pathlib import Path
 
-import pytest
 import yaml
 from scipy import stats
 
-from course_lib import cli, reproduce
+from course_lib import cli
+from course_lib.experiments import reproduce
 
 ENV = {"CI": "true", "HF_HUB_OFFLINE": "1"}
 

@@ -4,10 +4,10 @@ import random
 
 import torch
 
-from course_lib.bert import BertModel
-from course_lib.config import BertConfig
-from course_lib.heads import SequenceClassifier
-from course_lib.ssa import (IGNORE, SSAClassifier, aug_ratio, bert_mask_epoch_features, mask_positions,
+from course_lib.model.bert import BertModel
+from course_lib.model.config import BertConfig
+from course_lib.model.heads import SequenceClassifier
+from course_lib.methods.ssa import (IGNORE, SSAClassifier, aug_ratio, bert_mask_epoch_features, mask_positions,
                             ssa_epoch_features)
 
 CLS, SEP, PAD, MASK, FUNNY = 101, 102, 0, 103, 7
@@ -155,10 +155,10 @@ def test_bf16_probe_runs_only_the_probes_in_bfloat16(tiny_model_dir, keyword_glu
     """--ssa-probe-bf16: every probe's matmuls run in bfloat16, the training step after it in fp32."""
     from accelerate import Accelerator
 
-    from course_lib import glue
-    from course_lib.config import FinetuneConfig
-    from course_lib.train import build_classifier, encoder_overrides, epoch_features, predict
-    from course_lib.weights import load_pretrained
+    from course_lib.tasks import glue
+    from course_lib.training.config import FinetuneConfig
+    from course_lib.training.finetune import build_classifier, encoder_overrides, epoch_features, predict
+    from course_lib.model.weights import load_pretrained
 
     task = glue.get_task("sst2")
     dtypes = {}
@@ -167,7 +167,7 @@ def test_bf16_probe_runs_only_the_probes_in_bfloat16(tiny_model_dir, keyword_glu
         encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
         model = build_classifier(cfg, encoder, 2, tokenizer)
         train = glue.encode(glue.load_split(task, "train", str(keyword_glue)), tokenizer, cfg.max_len)
-        own = predict(model, train, 64, Accelerator(cpu=True)).long().tolist()
+        own = predict(model, train, 64, Accelerator(cpu=True), tokenizer.pad_token_id, task).long().tolist()
         train = [{**f, "label": y} for f, y in zip(train, own)]  # gold = the model's own class: every one is probed
         seen = []
         model.encoder.layers[0].ffn.up.register_forward_hook(lambda module, args, out: seen.append(out.dtype))

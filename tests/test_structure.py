@@ -1,8 +1,8 @@
 """The repository's maps against the files they name, so that the docs cannot drift from the code.
 
 - STRUCTURE.md's file table: every path it lists exists, and every module of `course_lib/` is listed
-  (`__init__.py` excepted: it is the package itself, not one of its parts). In the student copy, which
-  `python -m course_lib.assignment build` makes without the staff-only files, the rows marked "staff only"
+  (a folder's `__init__.py` as the folder; the package's own `__init__.py` excepted). In the student copy, which
+  `python -m course_lib.teaching.assignment build` makes without the staff-only files, the rows marked "staff only"
   may name files that are absent.
 - README.md stays a newcomer's guide (measurements live in results/): at most 160 lines.
 - Every relative markdown link in README.md, STRUCTURE.md and results/*.md points at a file that exists.
@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-STUDENT_COPY = not (ROOT / "course_lib" / "assignment.py").exists()
+STUDENT_COPY = not (ROOT / "course_lib" / "teaching" / "assignment.py").exists()
 README_MAX_LINES = 160
-NOT_LISTED = {"course_lib/__init__.py"}  # the package itself
+NOT_LISTED = {"course_lib/"}  # the package itself (a layer's __init__.py is listed as its folder)
 
 
 def file_table(text: str) -> list[tuple[list[str], str]]:
     """The rows of the table whose first header cell is `file`: (paths of the first cell, description).
 
     The first path of a cell is relative to the repository root. A cell may name several, e.g.
-    "`course_lib/glue.py`, `metrics.py`": a later name without a slash is taken relative to the folder of the
+    "`course_lib/tasks/glue.py`, `metrics.py`": a later name without a slash is taken relative to the folder of the
     name before it. A folder keeps its trailing slash (`tests/hidden/`).
     """
     rows, in_table = [], False
@@ -37,7 +37,7 @@ def file_table(text: str) -> list[tuple[list[str], str]]:
         elif not set(cells[0]) <= set("-: "):  # skip the |---| line
             paths = []
             for name in re.findall(r"`([^`]+)`", cells[0]):
-                if paths and "/" not in name.rstrip("/"):  # `metrics.py` after `course_lib/glue.py`
+                if paths and "/" not in name.rstrip("/"):  # `metrics.py` after `course_lib/tasks/glue.py`
                     name = f"{paths[-1].rstrip('/').rpartition('/')[0]}/{name}".lstrip("/")
                 paths.append(name)
             rows.append((paths, cells[1] if len(cells) > 1 else ""))
@@ -59,9 +59,9 @@ def structure_rows():
 
 
 def test_file_table_parser_resolves_names_relative_to_the_cell_before():
-    text = "intro\n\n| file | what |\n|---|---|\n| `course_lib/glue.py`, `metrics.py` | data |\n| `tests/hidden/` | x |\n\n" \
+    text = "intro\n\n| file | what |\n|---|---|\n| `course_lib/tasks/glue.py`, `metrics.py` | data |\n| `tests/hidden/` | x |\n\n" \
            "| id | what |\n|---|---|\n| `q1a` | not a file |\n"
-    assert file_table(text) == [(["course_lib/glue.py", "course_lib/metrics.py"], "data"), (["tests/hidden/"], "x")]
+    assert file_table(text) == [(["course_lib/tasks/glue.py", "course_lib/tasks/metrics.py"], "data"), (["tests/hidden/"], "x")]
     assert file_table("| file | what |\n|---|---|\n| `Makefile`, `README.md` | top |\n") == [
         (["Makefile", "README.md"], "top")]
 
@@ -74,10 +74,11 @@ def test_every_path_in_structure_md_exists(structure_rows):
 
 def test_every_course_lib_module_is_in_structure_md(structure_rows):
     listed = {path for paths, _ in structure_rows for path in paths}
-    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "course_lib").glob("*.py")} - NOT_LISTED
+    modules = {(p.parent.relative_to(ROOT).as_posix() + "/") if p.name == "__init__.py" else p.relative_to(ROOT).as_posix()
+               for p in (ROOT / "course_lib").rglob("*.py")} - NOT_LISTED
     unlisted = sorted(modules - listed)
     assert not unlisted, f"course_lib modules missing from STRUCTURE.md's file table: {', '.join(unlisted)}"
-    assert "course_lib/assignment_refs/" in listed, "STRUCTURE.md does not list course_lib/assignment_refs/"
+    assert "course_lib/teaching/assignment_refs/" in listed, "STRUCTURE.md does not list course_lib/teaching/assignment_refs/"
     assert "docs/methods.md" in listed, "STRUCTURE.md does not list docs/methods.md"
 
 

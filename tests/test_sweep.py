@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from course_lib import collect, sweep
+from course_lib.experiments import collect
+from course_lib.experiments import sweep
 from course_lib.cli import build_parser
-from course_lib.config import FinetuneConfig
+from course_lib.training.config import FinetuneConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {"CI": "true", "HF_HUB_OFFLINE": "1"}
@@ -163,7 +164,7 @@ def test_each_run_has_its_folder_and_a_command_line_that_parses_back_to_its_conf
     ("command: finetune\ngrid: {epochs: ['2']}\n",
      "grid.yaml: grid.epochs='2': FinetuneConfig.epochs must be int, got '2' (str)"),
     ("command: finetune\nbase: {lr: 5e-5}\ngrid: {seed: [0]}\n", "YAML reads 5e-5 as text, write 5.0e-05"),
-    ("command: finetune\ngrid: {task: [sst2, sst3]}\n", "grid.task='sst3': unknown GLUE task 'sst3' (valid: cola"),
+    ("command: finetune\ngrid: {task: [sst2, sst3]}\n", "grid.task='sst3': unknown task 'sst3' (valid: cola"),
     ("command: finetune\ngrid: {seed: 0}\n", "grid.yaml: grid.seed must be a non-empty list of values, got 0"),
     ("command: finetune\ngrid: {seed: [0]}\nbase: {output_dir: x}\n", "base.output_dir is set per run"),
     ("command: finetune\nbase: {seed: 1}\ngrid: {seed: [0]}\n", "'seed' is in both base and grid"),
@@ -209,7 +210,7 @@ def test_a_changed_grid_refuses_old_run_folders_and_the_exit_code_is_2(tmp_path,
 
 
 def write_metrics(folder: Path, task: str, dev: dict, status: str = "complete", **config) -> None:
-    """A metrics.json as course_lib.train writes it, with only the fields the collector reads."""
+    """A metrics.json as course_lib.training.finetune writes it, with only the fields the collector reads."""
     folder.mkdir(parents=True)
     config = {"task": task, "method": "vanilla", "lr": 2e-5, "output_dir": str(folder), **config}
     (folder / "metrics.json").write_text(json.dumps({"config": config, "task": task, "status": status,

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib.config import FinetuneConfig
+from course_lib.training.config import FinetuneConfig
 from course_lib.errors import UsageError
-from course_lib.train import finetune
+from course_lib.training.finetune import finetune
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,7 +109,7 @@ def test_nonfinite_loss_stops_and_keeps_the_checkpoint(tiny_model_dir, keyword_g
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--task", "sst3"], "unknown GLUE task 'sst3' (valid: cola, mnli"),
+    (["--task", "sst3"], "unknown task 'sst3' (valid: cola, mnli"),
     (["--method", "magic"], "unknown method 'magic' (valid: asa, bernoulli-mask, bert-mask, ssa-co, ssa-hybrid, ssaf, vanilla)"),
     (["--epochs", "two"], "argument --epochs: invalid int value: 'two'"),
     (["--frobnicate", "1"], "unknown option '--frobnicate' for finetune (valid: --asa-noise, --asa-tau, --batch-size"),

@@ -10,7 +10,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from course_lib.check import CheckFailed, check, compare
+from course_lib.teaching.check import CheckFailed, check, compare
 
 f64 = torch.float64
 
@@ -22,7 +22,7 @@ def randn(*shape, dtype=f64):
 @check("q1a", points=2, hidden=True)
 def attention_matches_sdpa():
     """A @ V against torch's fused kernel with a full (B, H, L, L) bias, at (3, 4, 7, 8)."""
-    from course_lib.attention import attention_probs
+    from course_lib.model.attention import attention_probs
 
     q, k, v, bias = randn(3, 4, 7, 8), randn(3, 4, 7, 8), randn(3, 4, 7, 8), randn(3, 4, 7, 7)
     bias[0, :, :, 5:] = torch.finfo(f64).min
@@ -34,7 +34,7 @@ def attention_matches_sdpa():
 @check("q1a", points=1, hidden=True)
 def attention_float32_mask_is_exact():
     """In float32 with BertModel's mask (finfo.min) the padded keys get weight exactly 0."""
-    from course_lib.attention import attention_probs
+    from course_lib.model.attention import attention_probs
 
     q, k = randn(2, 2, 6, 4, dtype=torch.float32), randn(2, 2, 6, 4, dtype=torch.float32)
     bias = torch.zeros(2, 1, 1, 6)
@@ -47,7 +47,7 @@ def attention_float32_mask_is_exact():
 @check("q1b", points=1, hidden=True)
 def heads_index_layout_and_round_trip():
     """Entry (part, head, j) of the fused axis lands at q/k/v[:, head, :, j]; merging undoes splitting."""
-    from course_lib.bert import merge_heads, split_heads
+    from course_lib.model.bert import merge_heads, split_heads
 
     B, L, H, d_h = 2, 5, 4, 3
     qkv = randn(B, L, 3 * H * d_h)
@@ -60,8 +60,8 @@ def heads_index_layout_and_round_trip():
 
 
 def _embeddings(p):
-    from course_lib.bert import Embeddings
-    from course_lib.config import BertConfig
+    from course_lib.model.bert import Embeddings
+    from course_lib.model.config import BertConfig
 
     cfg = BertConfig(vocab_size=30, hidden_size=12, num_hidden_layers=1, num_attention_heads=3, intermediate_size=8,
                      max_position_embeddings=16, hidden_dropout_prob=p)
@@ -87,23 +87,20 @@ def embeddings_match_formula():
 
 @check("q1c", points=1, hidden=True)
 def embeddings_dropout_after_norm():
-    """Training mode: dropout applies once, to the normalised sum."""
-    from course_lib.dropout import dropout
-
+    """Training mode: dropout applies once, to the normalised sum (the model's nn.Dropout: F.dropout's draws)."""
     module = _embeddings(0.5).train()
     ids, types = torch.randint(0, 30, (3, 10)), torch.randint(0, 2, (3, 10))
     torch.manual_seed(7)
     got = module(ids, types)
     torch.manual_seed(7)
-    compare("embeddings", got, dropout(_embedding_formula(module, ids, types), 0.5), 1e-10)
+    compare("embeddings", got, F.dropout(_embedding_formula(module, ids, types), 0.5, training=True), 1e-10)
 
 
 @check("q1d", points=1, hidden=True)
 def feed_forward_dropout_on_the_sublayer_output():
     """Training mode: LN(x + Dropout(W2 · GELU(W1 · x))), the one dropout on the sub-layer's output."""
-    from course_lib.bert import FeedForward
-    from course_lib.config import BertConfig
-    from course_lib.dropout import dropout
+    from course_lib.model.bert import FeedForward
+    from course_lib.model.config import BertConfig
 
     ffn = FeedForward(BertConfig(hidden_size=6, num_attention_heads=2, intermediate_size=10,
                                  hidden_dropout_prob=0.5)).double().train()
@@ -111,14 +108,15 @@ def feed_forward_dropout_on_the_sublayer_output():
     torch.manual_seed(3)
     got = ffn(x)
     torch.manual_seed(3)
-    inner = dropout(F.linear(F.gelu(F.linear(x, ffn.up.weight, ffn.up.bias)), ffn.down.weight, ffn.down.bias), 0.5)
+    inner = F.dropout(F.linear(F.gelu(F.linear(x, ffn.up.weight, ffn.up.bias)), ffn.down.weight, ffn.down.bias), 0.5,
+                      training=True)
     compare("out", got, F.layer_norm(x + inner, (6,), ffn.norm.weight, ffn.norm.bias, ffn.norm.eps), 1e-10)
 
 
 @check("q2a", points=2, hidden=True)
 def adamw_matches_torch_with_other_hyperparameters():
     """float32, betas (0.8, 0.99), eps 1e-6, weight decay 0.3, lr changed mid-run, 10 steps: within 1e-6."""
-    from course_lib.optim import AdamW
+    from course_lib.training.optim import AdamW
 
     start = randn(5, 3, dtype=torch.float32)
     ours, theirs = start.clone().requires_grad_(), start.clone().requires_grad_()
@@ -140,7 +138,7 @@ def sparsemax_matches_entmax():
     """Forward and backward against entmax.sparsemax along dims 1 and -1 of (3, 9, 5) tensors."""
     import entmax
 
-    from course_lib.attention import sparsemax_backward, sparsemax_forward
+    from course_lib.model.attention import sparsemax_backward, sparsemax_forward
 
     for dim in (1, -1):
         z, g = 3 * randn(3, 9, 5), randn(3, 9, 5)
@@ -155,7 +153,7 @@ def sparsemax_matches_entmax():
 @check("q3a", points=1, hidden=True)
 def sparsegen_lin_gradcheck():
     """Finite differences through sparsegen-lin (lambda = -2) in the model's autograd Function."""
-    from course_lib.attention import sparsegen_lin
+    from course_lib.model.attention import sparsegen_lin
 
     z = randn(2, 3, 7).requires_grad_()
     if not torch.autograd.gradcheck(lambda x: sparsegen_lin(x, -2.0), (z,), raise_exception=False):
@@ -165,7 +163,7 @@ def sparsegen_lin_gradcheck():
 @check("q3b", points=1, hidden=True)
 def grad_reverse_inside_a_graph():
     """d/dx sum(sin(grad_reverse(2x))) = -2 cos(2x)."""
-    from course_lib.asa import grad_reverse
+    from course_lib.methods.asa import grad_reverse
 
     x = randn(4, 3).requires_grad_()
     torch.sin(grad_reverse(2 * x)).sum().backward()
@@ -175,9 +173,9 @@ def grad_reverse_inside_a_graph():
 @check("q3c", points=2, hidden=True)
 def ssa_pool_matches_a_loop():
     """float32, threshold 0.5, beta 0.6, against a per-example loop over the kept tokens."""
-    from course_lib.bert import BertModel
-    from course_lib.config import BertConfig
-    from course_lib.ssa import SSAClassifier
+    from course_lib.model.bert import BertModel
+    from course_lib.model.config import BertConfig
+    from course_lib.methods.ssa import SSAClassifier
 
     special = [101, 102, 0]
     model = SSAClassifier(BertModel(BertConfig(vocab_size=200, hidden_size=4, num_hidden_layers=1,
@@ -202,7 +200,7 @@ def ssa_pool_matches_a_loop():
 @check("q3d", points=2, hidden=True)
 def ag_loss_matches_a_loop():
     """Per example, head and real (query, key) pair, with the delimiter pattern too; both reductions."""
-    from course_lib.ag import AttentionGuidance, ag_targets
+    from course_lib.methods.ag import AttentionGuidance, ag_targets
 
     lengths, L, heads = (7, 4, 2), 7, 6
     mask = (torch.arange(L)[None] < torch.tensor(lengths)[:, None]).long()

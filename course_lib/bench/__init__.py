@@ -1,0 +1,1 @@
+"""Measurements: speed against Hugging Face, method costs, diagnostics, the GPU check."""

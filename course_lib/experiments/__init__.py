@@ -1,0 +1,1 @@
+"""Runs in bulk: sweeps, notebooks by papermill, results tables and the papers' numbers."""

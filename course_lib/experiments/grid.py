@@ -1,0 +1,176 @@
+"""Grids of runs inside the notebook's own process: tasks x methods x seeds, and labelled variants beside them.
+
+`python -m course_lib.sweep` runs a grid file with one child process per run; a notebook wants its runs in its
+own kernel, to look inside the trained models afterwards. `run_grid` is that form of a grid:
+
+    base = FinetuneConfig.from_params(p)                         # the recipe every run shares
+    results = run_grid(base, tasks=p.tasks, methods=p.methods, seeds=p.seeds,
+                       variants=[Variant("paper labels", {"ssa_label_mode": "paper"}, methods=("ssa-co",))])
+    results["sst2", "ssa-co", 0, "paper labels"]                 # that run's metrics.json, by its RunKey
+
+Each run gets a folder under the output folder (the base's `output_dir` unless given), named the way the sweep
+names its runs (`sweep.run_name`): the task, the method, a variant's fields, the seed, as in
+`task=sst2,method=ssa-co,ssa_label_mode=paper,seed=0`. A notebook's runs and a sweep's therefore read alike,
+and `course_lib.experiments.collect` tabulates both. Every run is validated before the first one starts; then each
+runs as `finetune`, `train_multitask` or `pretrain` (by the base config's class) runs on its own: a finished
+folder is read back, not trained again, and an interrupted one resumes from its checkpoint.
+
+A fine-tuning run keeps only its own method's options (`Method.fields` in the method registry); the other
+methods' options go back to their defaults. A vanilla run is then the same run in every notebook and grid,
+and collect counts it once.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+from typing import NamedTuple
+
+from course_lib.errors import UsageError
+from course_lib.methods.registry import METHODS, get_method
+from course_lib.model.config import Validated
+from course_lib.repro import progress
+from course_lib.experiments.sweep import run_name
+from course_lib.tasks.registry import get_task
+from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
+from course_lib.training.finetune import finetune
+from course_lib.training.multitask import train_multitask
+from course_lib.training.pretrain import pretrain
+
+RUNNERS = {FinetuneConfig: finetune, MultitaskConfig: train_multitask, PretrainConfig: pretrain}
+AXES = ("task", "method", "seed")  # the fields a grid crosses, where its config has them
+
+
+class RunKey(NamedTuple):
+    """A run's place in `run_grid`'s answer. task and method are None where the config has no such field
+    (a multitask run has tasks, a pre-training run no task); variant is the label of its settings."""
+
+    task: str | None
+    method: str | None
+    seed: int
+    variant: str = ""
+
+    @property
+    def name(self) -> str:
+        """What a table calls the run: 'vanilla', 'ssa-co, paper labels', a multitask run's label."""
+        return ", ".join(part for part in (self.method, self.variant) if part)
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """More runs beside the grid: its tasks and seeds again, with `fields` changed, for the grid's methods among
+    `methods` (None: all of them). Notebook 01's contrast: `Variant("paper labels", {"ssa_label_mode": "paper"},
+    methods=("ssa-co",))`."""
+
+    label: str
+    fields: dict
+    methods: tuple[str, ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class GridRun:
+    key: RunKey
+    name: str  # its folder under the grid's output folder: 'task=sst2,method=vanilla,seed=0'
+    config: Validated  # output_dir is that folder
+
+
+def _axis(base: Validated, field: str, values) -> list:
+    """The values the grid crosses for one field: those given, else the base's own; [None] without the field."""
+    if not any(f.name == field for f in dataclasses.fields(base)):
+        if values is not None:
+            raise UsageError(f"a grid of {type(base).__name__} runs cannot cross {field}s: the config has no "
+                             f"{field!r} (its fields: {', '.join(f.name for f in dataclasses.fields(base))})")
+        return [None]
+    if values is None:
+        return [getattr(base, field)]
+    if isinstance(values, (str, int)) or not values:
+        raise UsageError(f"the grid's {field}s must be a non-empty list, got {values!r}")
+    return list(values)
+
+
+def _check_fields(fields: dict, where: str) -> None:
+    """A variant or a task's overrides may not set what the grid sets per run (unknown fields: from_dict)."""
+    clash = sorted(set(fields) & {*AXES, "output_dir"})
+    if clash:
+        raise UsageError(f"{where} sets {clash[0]!r}, which the grid sets for each run (tasks, methods and "
+                         f"seeds are its axes; output_dir its folder)")
+
+
+def own_options_only(values: dict) -> dict:
+    """A fine-tuning run's fields with the options only other methods read set back to their defaults."""
+    own = set(get_method(values["method"]).fields)
+    others = {name for method in METHODS.values() for name in method.fields} - own
+    defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
+    return {k: defaults[k] if k in others else v for k, v in values.items()}
+
+
+def _grid_run(base: Validated, parent: Path, key: RunKey, fields: dict, task_overrides: dict) -> GridRun:
+    """One run: the base, the task's overrides, the variant's fields, then the run's task, method and seed."""
+    own = {f.name for f in dataclasses.fields(base)}
+    axes = {field: value for field, value in zip(AXES, key) if field in own}
+    name = run_name({**{k: v for k, v in axes.items() if k != "seed"}, **fields, "seed": key.seed})
+    values = {**base.to_dict(), **task_overrides.get(key.task, {}), **fields, **axes,
+              "output_dir": str(parent / name)}
+    if isinstance(base, FinetuneConfig):
+        values = own_options_only(values)
+    try:
+        return GridRun(key, name, type(base).from_dict(values))
+    except UsageError as err:
+        raise UsageError(f"grid run {name}: {err}") from None
+
+
+def plan_grid(base: Validated, output_dir=None, *, tasks=None, methods=None, seeds=None,
+              variants: list[Variant] | tuple = (), task_overrides: dict | None = None,
+              label: str = "") -> list[GridRun]:
+    """Every run of the grid, validated, in the order `run_grid` runs them: the base settings (called `label`)
+    over tasks x methods x seeds, then each variant's runs. An axis left None is the base's own value.
+    task_overrides: {task: {field: value}}, the fields one task changes (a task the grid lacks is ignored)."""
+    if type(base) not in RUNNERS:
+        raise UsageError(f"run_grid runs {', '.join(c.__name__ for c in RUNNERS)}, not {type(base).__name__}")
+    parent = Path(output_dir if output_dir is not None else base.output_dir)
+    crossed = [_axis(base, field, values) for field, values in zip(AXES, (tasks, methods, seeds))]
+    task_overrides = task_overrides or {}
+    for task, fields in task_overrides.items():
+        _check_fields(fields, f"task_overrides[{task!r}]")
+    runs: dict[str, GridRun] = {}
+    for variant in (Variant(label, {}), *variants):
+        _check_fields(variant.fields, f"variant {variant.label!r}")
+        for task, method, seed in itertools.product(*crossed):
+            if variant.methods is None or method in variant.methods:
+                run = _grid_run(base, parent, RunKey(task, method, seed, variant.label), variant.fields,
+                                task_overrides)
+                if run.name in runs or run.key in {r.key for r in runs.values()}:
+                    raise UsageError(f"two runs of the grid would share the folder or key {run.name!r}; "
+                                     f"give each variant its own label and fields")
+                runs[run.name] = run
+    return list(runs.values())
+
+
+def run_grid(base: Validated, output_dir=None, *, tasks=None, methods=None, seeds=None,
+             variants: list[Variant] | tuple = (), task_overrides: dict | None = None,
+             label: str = "") -> dict[RunKey, dict]:
+    """Run the grid `plan_grid` lays out, in this process, with one progress bar over the runs; return each
+    run's metrics.json content by its RunKey, in run order. A finished run is read back, not trained again."""
+    runs = plan_grid(base, output_dir, tasks=tasks, methods=methods, seeds=seeds, variants=variants,
+                     task_overrides=task_overrides, label=label)
+    results = {}
+    for run in progress(runs, desc="runs", unit="run"):
+        results[run.key] = RUNNERS[type(run.config)](run.config)
+    return results
+
+
+def dev_rows(results: dict[RunKey, dict]) -> list[dict]:
+    """The dev scores as table rows (for pandas and `plots.results`): run (the key's name), task, seed, metric
+    and dev score, the task's first metric on its first dev split (MNLI: dev_matched). A multitask run gives a
+    row per task and one for its Overall; a pre-training run, which has no dev set, none."""
+    rows = []
+    for key, result in results.items():
+        scores = result["dev"] if "overall" in result else {result["task"]: result} if "task" in result else {}
+        for name, splits in scores.items():
+            task = get_task(name)
+            rows.append({"run": key.name, "task": task.name, "seed": key.seed, "metric": task.metrics[0],
+                         "dev score": splits[task.dev_splits[0]][task.metrics[0]]})
+        if "overall" in result:
+            rows.append({"run": key.name, "task": "Overall", "seed": key.seed, "metric": "overall",
+                         "dev score": result["overall"]})
+    return rows

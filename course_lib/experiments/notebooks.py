@@ -1,0 +1,252 @@
+"""The notebooks' plumbing: checked parameters, presets, results, and running a notebook with papermill.
+
+Each notebook has one `parameters` cell of literals whose defaults are the CPU smoke run. Its presets are
+YAML files, `notebooks/params/<notebook>/<preset>.yaml` (`smoke`, `cpu`, `paper`), and the smoke file is
+the schema: every preset and every override must use its keys with the same types. Papermill injects
+whatever it is given without a check, so the notebook's config cell calls `Notebook.parameters`, which
+rejects an unknown or ill-typed parameter with one line naming it and the valid ones.
+
+    python -m course_lib.notebooks run 03_cui2019_sparse_attention --preset cpu [--set epochs=3] [--output-dir D]
+    python -m course_lib.notebooks list
+
+`run` executes the notebook with papermill into `runs/notebooks/<notebook>/<preset>/` (never over the
+source), with an explicit kernel and, for each cell, a timeout; the notebook writes its `metrics.json` there.
+The batch runner (`python -m course_lib.sweep`, `command: notebook`) crosses notebooks, presets and
+parameter values and runs each through this command.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from course_lib.errors import Parser, UsageError, choice_error, report_errors, yaml_float_hint
+from course_lib.repro import METRICS, progress_disabled, write_json
+
+# The repository's notebooks; tests point ATTENTION_LAB_NOTEBOOKS at a folder of their own.
+NOTEBOOK_DIR = Path(os.environ.get("ATTENTION_LAB_NOTEBOOKS") or Path(__file__).resolve().parents[2] / "notebooks")
+PRESETS = ("smoke", "cpu", "paper")  # CPU minutes; GLUE_DIR, about an hour on a laptop; GPU, the paper's setup
+KERNEL = "attention-lab"  # `make` installs it into the venv: the venv's python, then INSTALL_KERNEL
+INSTALL_KERNEL = f"-m ipykernel install --sys-prefix --name {KERNEL} --display-name {KERNEL}"
+LITERALS = (str, int, float, bool, list, dict, tuple, type(None))  # what a parameters cell may hold
+RUN_KEYS = ("notebook", "preset", "kernel", "output_dir")  # what a run takes besides notebook parameters
+
+
+def notebook_names() -> list[str]:
+    return sorted(p.stem for p in NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+
+
+def notebook_path(notebook: str) -> Path:
+    """notebooks/<notebook>.ipynb; the name may be given with or without `.ipynb`."""
+    name = notebook.removesuffix(".ipynb")
+    if name not in notebook_names():
+        raise choice_error("notebook", notebook, notebook_names())
+    return NOTEBOOK_DIR / f"{name}.ipynb"
+
+
+def presets_of(notebook: str) -> list[str]:
+    folder = NOTEBOOK_DIR / "params" / notebook_path(notebook).stem
+    return [p for p in PRESETS if (folder / f"{p}.yaml").is_file()]
+
+
+def load_preset(notebook: str, preset: str) -> dict:
+    """The parameter values of one preset, read from its YAML file."""
+    name = notebook_path(notebook).stem
+    if preset not in presets_of(name):
+        raise choice_error(f"preset for {name}", preset, presets_of(name) or PRESETS)
+    path = NOTEBOOK_DIR / "params" / name / f"{preset}.yaml"
+    values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(values, dict):
+        raise UsageError(f"{path} must be a mapping of parameter names to values, got {type(values).__name__}")
+    return values
+
+
+def _type_name(value) -> str:
+    return "list" if isinstance(value, list) else "number" if isinstance(value, float) else type(value).__name__
+
+
+def check_parameters(notebook: str, values: dict, where: str = "parameter") -> dict:
+    """Raise a UsageError for a key the smoke preset lacks or a value of another type; return values.
+
+    An int is accepted where the smoke value is a float (YAML and people write 1 for 1.0), and None
+    anywhere (meaning "all" or "the default"; the config that receives it checks further).
+    """
+    schema = load_preset(notebook, "smoke")
+    for key, value in values.items():
+        if key not in schema:
+            raise UsageError(f"unknown {where} {key!r} for {notebook_path(notebook).stem} "
+                             f"(valid: {', '.join(sorted(schema))})")
+        expected = schema[key]
+        same = value is None or type(value) is type(expected) or (isinstance(expected, float) and type(value) is int)
+        if not same:
+            hint = yaml_float_hint(value) if isinstance(expected, float) else ""
+            raise UsageError(f"{where} {key} must be {_type_name(expected)} (like {expected!r}), "
+                             f"got {value!r} ({_type_name(value)}){hint}")
+    preset = values.get("preset", schema.get("preset"))
+    if preset is not None and preset not in presets_of(notebook):
+        raise choice_error("preset", preset, presets_of(notebook))
+    return values
+
+
+class Notebook:
+    """Made in a notebook's setup cell, before the parameters cell: `nb = Notebook("01_kou2020_ssa", globals())`.
+
+    It notes which names exist before the parameters, so `nb.parameters(globals())` in the config cell sees
+    exactly what the parameters cell and papermill's injected cell defined, and can check every one.
+    """
+
+    def __init__(self, name: str, namespace: dict):
+        self.name = notebook_path(name).stem
+        self._before = set(namespace)
+        self.params: dict = {}
+        self.started = time.monotonic()
+
+    def parameters(self, namespace: dict) -> argparse.Namespace:
+        """The checked parameters, as `p.epochs`; their output_dir is created."""
+        new = {k: v for k, v in namespace.items() if k not in self._before and not k.startswith("_")
+               and isinstance(v, LITERALS)}  # parameters are literals; modules imported since are not
+        self.params = check_parameters(self.name, new)
+        missing = sorted(set(load_preset(self.name, "smoke")) - set(new))
+        if missing:
+            raise UsageError(f"parameter {missing[0]!r} is not set: the parameters cell must define every "
+                             f"parameter of notebooks/params/{self.name}/smoke.yaml")
+        Path(self.params["output_dir"]).mkdir(parents=True, exist_ok=True)
+        return argparse.Namespace(**self.params)
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.params["output_dir"])
+
+    def save_results(self, results: dict) -> Path:
+        """Write metrics.json (atomically) with the parameters, results and time; the run is then complete."""
+        path = self.output_dir / METRICS
+        write_json(path, {"kind": "notebook", "notebook": self.name, "status": "complete",
+                          "parameters": self.params, "results": results,
+                          "seconds": round(time.monotonic() - self.started, 1)})
+        return path
+
+
+# ----------------------------------------------------------------------------------------------
+# Running a notebook in batch
+
+
+@dataclasses.dataclass
+class NotebookRun:
+    """One notebook run of a sweep grid (`command: notebook`): notebook, preset, and parameter overrides."""
+
+    notebook: str
+    preset: str = "smoke"
+    kernel: str = KERNEL
+    output_dir: str | None = None
+    parameters: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "NotebookRun":
+        """Grid keys are the run's own (notebook, preset, kernel) or the notebook's parameters, checked here."""
+        if "notebook" not in values:
+            raise UsageError(f"a notebook run needs a notebook (valid: {', '.join(notebook_names())})")
+        own = {k: v for k, v in values.items() if k in RUN_KEYS}
+        for key in ("notebook", "preset", "kernel"):
+            if key in own and not isinstance(own[key], str):
+                raise UsageError(f"{key} must be a string, got {own[key]!r}")
+        run = cls(**own, parameters={k: v for k, v in values.items() if k not in RUN_KEYS})
+        load_preset(run.notebook, run.preset)
+        check_parameters(run.notebook, run.parameters)
+        return run
+
+    def to_dict(self) -> dict:
+        return {"notebook": self.notebook, "preset": self.preset, "kernel": self.kernel,
+                "output_dir": self.output_dir, **self.parameters}
+
+    def command_line(self) -> list[str]:
+        args = [sys.executable, "-m", "course_lib.notebooks", "run", self.notebook, f"--preset={self.preset}",
+                f"--kernel={self.kernel}", f"--output-dir={self.output_dir}"]
+        return args + [f"--set={key}={json.dumps(value)}" for key, value in self.parameters.items()]
+
+
+def parse_override(text: str) -> tuple[str, object]:
+    """'epochs=3' or 'tasks=[sst2, rte]': the value is read as YAML, so it keeps its type."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise UsageError(f"--set takes KEY=VALUE (VALUE in YAML, e.g. epochs=3 or tasks=[sst2, rte]), got {text!r}")
+    try:
+        return key.strip().replace("-", "_"), yaml.safe_load(value)
+    except yaml.YAMLError:
+        raise UsageError(f"--set {key}: {value!r} is not a YAML value") from None
+
+
+def run_notebook(notebook: str, preset: str = "smoke", overrides: dict | None = None,
+                 output_dir: str | os.PathLike | None = None, kernel: str = KERNEL,
+                 cell_timeout: float | None = None) -> Path:
+    """Execute a notebook with papermill; return the folder holding the executed copy and metrics.json."""
+    import papermill
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    name = notebook_path(notebook).stem
+    params = {**load_preset(name, preset), **check_parameters(name, overrides or {}, "--set key")}
+    out = Path(output_dir or Path("runs/notebooks") / name / preset).resolve()
+    params.update(preset=preset, output_dir=str(out))
+    check_parameters(name, params)
+    try:
+        KernelSpecManager().get_kernel_spec(kernel)
+    except NoSuchKernel:
+        valid = sorted(KernelSpecManager().find_kernel_specs())
+        raise UsageError(f"no Jupyter kernel named {kernel!r} (installed: {', '.join(valid)}); "
+                         f"`{sys.executable} {INSTALL_KERNEL}` installs {KERNEL!r} into the venv "
+                         f"(`make` runs it when it builds .venv), or pass --kernel python3") from None
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        papermill.execute_notebook(str(notebook_path(name)), str(out / f"{name}.ipynb"), parameters=params,
+                                   kernel_name=kernel, cwd=str(NOTEBOOK_DIR), progress_bar=not progress_disabled(),
+                                   execution_timeout=cell_timeout, log_output=False)
+    except papermill.PapermillExecutionError as err:
+        kind = UsageError if err.ename == "UsageError" else RuntimeError
+        raise kind(f"{name} ({preset}) stopped in cell {err.exec_count}: {err.ename}: {err.evalue} "
+                   f"(executed copy: {out / (name + '.ipynb')})") from None
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="python -m course_lib.notebooks", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    commands.add_parser("list", help="the notebooks and their presets")
+    run = commands.add_parser("run", help="execute one notebook with papermill")
+    run.add_argument("notebook", help="e.g. 03_cui2019_sparse_attention")
+    run.add_argument("--preset", default="smoke", help=f"one of {', '.join(PRESETS)} (default smoke)")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="replace one parameter of the preset (VALUE in YAML); repeatable")
+    run.add_argument("--output-dir", default=None, help="default runs/notebooks/<notebook>/<preset>")
+    run.add_argument("--kernel", default=KERNEL, help=f"Jupyter kernel name (default {KERNEL})")
+    run.add_argument("--cell-timeout", type=float, default=None, metavar="SECONDS")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    def body() -> int:
+        args = build_parser().parse_strict(argv)
+        if args.command == "list":
+            for name in notebook_names():
+                print(f"{name:<40} presets: {', '.join(presets_of(name))}")
+        elif args.command == "run":
+            overrides = dict(parse_override(text) for text in args.overrides)
+            out = run_notebook(args.notebook, args.preset, overrides, args.output_dir, args.kernel,
+                               args.cell_timeout)
+            print(json.dumps({"notebook": str(out / (notebook_path(args.notebook).stem + ".ipynb")),
+                              "metrics": str(out / METRICS)}))
+        else:
+            raise UsageError("missing command (valid: list, run)")
+        return 0
+
+    def failed_run() -> int:
+        try:
+            return body()
+        except RuntimeError as err:
+            print(f"run failed: {err}", file=sys.stderr)
+            return 1
+    return report_errors(failed_run, "the executed copy so far is in the output folder; run it again")

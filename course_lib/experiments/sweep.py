@@ -1,0 +1,465 @@
+"""`python -m course_lib.sweep GRID.yaml`: run a grid of fine-tuning runs or notebooks, one child process each.
+
+The grid file (YAML) names the command, the settings every run shares, and the lists to cross:
+
+    command: finetune                                    # the course_lib command each run executes
+    base: {max_train_samples: 4000, epochs: 2, lr: 5.0e-5}   # FinetuneConfig fields, the same for every run
+    grid: {task: [sst2, rte], method: [vanilla], seed: [0, 1, 2]}   # lists; runs are their cartesian product
+
+With `command: notebook` the keys are `notebook`, `preset`, `kernel` and the notebook's parameters
+(`grid: {notebook: [01_kou2020_ssa, 03_cui2019_sparse_attention], preset: [cpu], seed: [0, 1, 2]}`), and
+each run executes `python -m course_lib.notebooks run` (papermill) into its folder.
+
+Every run is validated (`FinetuneConfig.from_dict`, `NotebookRun.from_dict`) before anything starts. A run
+lives in its own folder, named by its grid values (`task=sst2,method=vanilla,seed=0`) under the output
+folder, and executes as a child process, so a crash, a NaN or a timeout in one run is recorded in its
+`run.json` and the grid goes on. `log.txt` holds the child's stdout and stderr.
+
+The same command again skips runs whose `metrics.json` says complete, resumes unfinished ones from their
+checkpoint and retries failed ones (`--no-retry-failed` to leave them). Every file is written atomically
+and a run folder is locked while its child lives (POSIX `flock` on its `.lock` file), so killing the
+sweep at any moment, even with SIGKILL, loses at most the unfinished part of one run. On Linux a child
+dies with the sweep.
+
+`--shard I/N` (0-based, 0 <= I < N) takes every N-th run of the sorted grid, starting at the I-th, so a
+Slurm array (`--array=0-3`, `--shard $SLURM_ARRAY_TASK_ID/4`) or one process per GPU splits the grid into
+disjoint parts that share one output folder. At the end `course_lib.experiments.collect` tabulates the folder.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import hashlib
+import itertools
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import typing
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+from course_lib.experiments.collect import lock_exclusive, write_results
+from course_lib.training.config import FinetuneConfig
+from course_lib.errors import Parser, UsageError, report_errors, yaml_float_hint
+from course_lib.methods.registry import get_method
+from course_lib.experiments.notebooks import NotebookRun
+from course_lib.repro import METRICS, check_writable_dir, progress, remove_stale_temporaries, write_json
+from course_lib.model.weights import check_model
+
+COMMANDS = {"finetune": FinetuneConfig, "notebook": NotebookRun}  # what a grid can run, and its config
+RUN, LOG, LOCK = "run.json", "log.txt", ".lock"  # the sweep's files in a run folder, beside the run's METRICS
+STDERR_LINES = 20  # how much of a failed run's stderr run.json keeps as its error
+GRID_KEYS = ("base", "command", "grid", "gpu_hours")  # gpu_hours: the estimate a dry run adds up
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    name: str  # folder name, from the grid values: 'task=sst2,seed=0'
+    config: FinetuneConfig | NotebookRun  # output_dir is the run's folder
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.config.output_dir)
+
+    def command_line(self) -> list[str]:
+        """The child's argv; fields left at their default are not passed, so the line stays readable."""
+        if isinstance(self.config, NotebookRun):
+            return self.config.command_line()
+        args = [sys.executable, "-m", "course_lib", "finetune"]
+        for f in dataclasses.fields(self.config):
+            value = getattr(self.config, f.name)
+            flag = "--" + f.name.replace("_", "-")
+            if value == f.default:
+                continue
+            if isinstance(value, bool):
+                args.append(flag if value else "--no-" + flag[2:])
+            else:
+                args.append(f"{flag}={value}")  # '=' keeps a negative number from reading as an option
+        return args
+
+
+# ----------------------------------------------------------------------------------------------
+# The grid file
+
+
+def _config(path: Path, where: str, values: dict, kind=FinetuneConfig):
+    """kind.from_dict, which checks types and ranges, with the file and the key in its errors."""
+    try:
+        cfg = kind.from_dict(values)
+        if isinstance(cfg, FinetuneConfig):
+            get_method(cfg.method)  # the registry, not the config, knows the methods
+        return cfg
+    except UsageError as err:
+        message = f"{path}: {where}: {err}"
+        hints = typing.get_type_hints(kind)
+        for key, value in values.items():  # 5e-5 is text to YAML 1.1: say how to write the float
+            if f".{key} must be" in str(err) and float in (typing.get_args(hints[key]) or (hints[key],)):
+                message += yaml_float_hint(value)
+        raise UsageError(message) from None
+
+
+def _safe(value) -> str:
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", str(value))
+
+
+def run_name(values: dict) -> str:
+    """'task=sst2,seed=0': grid keys in file order, other characters than [A-Za-z0-9._+-] become '_'.
+
+    A name longer than 200 characters (a grid over long model paths) is cut and ends in a hash of the whole.
+    """
+    name = ",".join(f"{key}={_safe(value)}" for key, value in values.items())
+    if len(name) > 200:
+        name = name[:180] + "~" + hashlib.sha1(name.encode()).hexdigest()[:10]
+    return name
+
+
+def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
+    """Read and validate the whole grid file; return its runs sorted by name, each with its own output_dir."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise UsageError(f"cannot read grid file {path}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where else ""
+        raise UsageError(f"{path} is not valid YAML{line}: {getattr(err, 'problem', None) or err}") from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path} must be a mapping with keys {', '.join(GRID_KEYS)}; "
+                         f"it holds a {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(GRID_KEYS), key=str)
+    if unknown:
+        raise UsageError(f"{path}: unknown key {unknown[0]!r} (valid: {', '.join(GRID_KEYS)})")
+    if raw.get("command") not in COMMANDS:
+        raise UsageError(f"{path}: unknown command {raw.get('command')!r} (valid: {', '.join(COMMANDS)})")
+    kind = COMMANDS[raw["command"]]
+    base, grid = raw.get("base") or {}, raw.get("grid")
+    if not isinstance(base, dict):
+        raise UsageError(f"{path}: base must be a mapping of {kind.__name__} fields, got {base!r}")
+    if not isinstance(grid, dict) or not grid:
+        raise UsageError(f"{path}: grid must be a mapping of {kind.__name__} fields to lists of values, "
+                         f"got {grid!r}")
+
+    fields = sorted(f.name for f in dataclasses.fields(FinetuneConfig) if f.name != "output_dir")
+    for section, keys in (("base", base), ("grid", grid)):
+        for key in keys:
+            if key == "output_dir":
+                raise UsageError(f"{path}: {section}.output_dir is set per run by the sweep; remove it "
+                                 f"(the sweep's --output-dir sets the parent folder)")
+            if kind is FinetuneConfig and key not in fields:  # a notebook's parameters are checked per run
+                raise UsageError(f"{path}: unknown {section} key {key!r} (valid: {', '.join(fields)})")
+    for key in grid:
+        if key in base:
+            raise UsageError(f"{path}: {key!r} is in both base and grid; keep it in one")
+    if kind is FinetuneConfig:
+        _config(path, "base", base)
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise UsageError(f"{path}: grid.{key} must be a non-empty list of values, got {values!r}")
+        if kind is FinetuneConfig:
+            for value in values:
+                _config(path, f"grid.{key}={value!r}", {**base, key: value})
+
+    runs = {}
+    for combination in itertools.product(*grid.values()):
+        values = dict(zip(grid, combination))
+        name = run_name(values)
+        if name in runs:
+            raise UsageError(f"{path}: two runs would share the folder {name!r}; make the grid values differ")
+        config = {**base, **values, "output_dir": str(Path(output_dir) / name)}
+        runs[name] = Run(name, _config(path, f"run {name}", config, kind))
+    return [runs[name] for name in sorted(runs)]
+
+
+def gpu_hours(grid_file: str | Path, runs: list[Run]) -> float | None:
+    """The grid file's estimate of GPU hours for these runs, or None when it gives none.
+
+    `gpu_hours:` is either one number per run, or a mapping from notebook name to hours per run.
+    """
+    estimate = (yaml.safe_load(Path(grid_file).read_text(encoding="utf-8")) or {}).get("gpu_hours")
+    if estimate is None:
+        return None
+    if isinstance(estimate, (int, float)):
+        return float(estimate) * len(runs)
+    if not isinstance(estimate, dict):
+        raise UsageError(f"{grid_file}: gpu_hours must be a number or a mapping of notebook to hours, "
+                         f"got {estimate!r}")
+    missing = sorted({r.config.notebook for r in runs if isinstance(r.config, NotebookRun)} - set(estimate))
+    if missing:
+        raise UsageError(f"{grid_file}: gpu_hours has no estimate for {missing[0]!r}")
+    return sum(float(estimate[r.config.notebook]) for r in runs)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'I/N', 0-based: the I-th of N disjoint parts."""
+    match = re.fullmatch(r"(\d+)/(\d+)", text.strip())
+    if not match or not int(match[1]) < int(match[2]):
+        raise UsageError(f"--shard must be I/N with 0 <= I < N (0-based: 0/4, 1/4, 2/4, 3/4), got {text!r}")
+    return int(match[1]), int(match[2])
+
+
+# ----------------------------------------------------------------------------------------------
+# Run folders
+
+
+def _read_json(path: Path) -> dict:
+    """The file's content, or {} when it is missing or unreadable (never half-written: writes are atomic)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def run_status(run: Run) -> str:
+    """complete (its metrics.json says so), failed (its last attempt failed) or todo (new or unfinished)."""
+    if _read_json(run.folder / METRICS).get("status") == "complete":
+        return "complete"
+    return "failed" if _read_json(run.folder / RUN).get("status") == "failed" else "todo"
+
+
+def check_same_config(run: Run) -> None:
+    """Refuse a folder that holds another configuration's run (the grid file's base changed, say).
+
+    A field the saved config lacks was added to FinetuneConfig after that run: it matches its default (as
+    resolved for the run's task).
+    """
+    mine = run.config.to_dict()
+    defaults = FinetuneConfig(task=run.config.task).to_dict() if isinstance(run.config, FinetuneConfig) else {}
+    for name in (METRICS, RUN):
+        saved = _read_json(run.folder / name).get("config")
+        diff = sorted(k for k in mine if k != "output_dir" and saved and saved.get(k, defaults.get(k)) != mine[k])
+        if diff:
+            k = diff[0]
+            raise UsageError(f"{run.folder} holds a run with {k}={saved.get(k)!r}, but the grid gives "
+                             f"{k}={mine[k]!r}; use another --output-dir or delete that folder")
+
+
+@contextmanager
+def claim(folder: Path):
+    """Lock the run folder (its `.lock` file); yield the lock's descriptor, or None when another process has it.
+
+    The descriptor is handed to the child too, so the lock lasts as long as either of them lives. A lock
+    file, not the folder itself, because NFS emulates flock with POSIX locks, which need a writable file;
+    on a filesystem or platform without flock (Lustre mounted without it, Windows) the sweep goes on unlocked
+    (`collect.lock_exclusive`).
+    """
+    fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        yield fd if lock_exclusive(fd, wait=False) else None
+    finally:
+        os.close(fd)
+
+
+def _now() -> str:
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: on Linux, ask for SIGKILL when the sweep dies (prctl PR_SET_PDEATHSIG)."""
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGKILL)
+
+
+try:  # resolved before any fork: the child may only call it
+    import ctypes
+
+    _PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
+except (OSError, AttributeError):
+    _PRCTL = None
+
+
+def execute(run: Run, lock_fd: int, timeout: float | None) -> dict:
+    """Run one child to its end; return the run.json record, also written to the run folder."""
+    previous = _read_json(run.folder / RUN)
+    argv = run.command_line()
+    record = {"name": run.name, "command": argv, "config": run.config.to_dict(), "host": socket.gethostname(),
+              "attempt": previous.get("attempt", 0) + 1, "started": _now()}
+    started = time.monotonic()
+    with open(run.folder / LOG, "a", encoding="utf-8") as log:
+        log.write(f"=== attempt {record['attempt']}, {record['started']}: {shlex.join(argv)}\n")
+        log.flush()
+        child = subprocess.Popen(argv, stdout=log, stderr=subprocess.PIPE, text=True, errors="replace",
+                                 env={**os.environ, "PYTHONUNBUFFERED": "1"}, pass_fds=(lock_fd,),
+                                 preexec_fn=_die_with_parent)
+        write_json(run.folder / RUN, {**record, "status": "running", "pid": child.pid})
+        tail = collections.deque(maxlen=STDERR_LINES)
+
+        def copy_stderr():  # to the log, keeping the last lines for run.json
+            for line in child.stderr:
+                log.write(line)
+                log.flush()
+                tail.append(line.rstrip())
+
+        reader = threading.Thread(target=copy_stderr, daemon=True)
+        reader.start()
+        timed_out = False
+        try:
+            code = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            child.kill()
+            code = child.wait()
+        except BaseException:  # Ctrl-C: the child has its own SIGINT; its checkpoint is written atomically
+            try:
+                child.wait(10)
+            finally:
+                child.kill()
+            raise
+        reader.join(10)
+
+    complete = code == 0 and _read_json(run.folder / METRICS).get("status") == "complete"
+    error = [line for line in tail if line]
+    if timed_out:
+        error.append(f"timed out after {timeout:g} s and was killed; the same command resumes it")
+    elif code < 0:
+        error.append(f"killed by signal {signal.Signals(-code).name}")
+    elif code == 0 and not complete:
+        error.append(f"exit code 0 but {METRICS} does not say complete")
+    elif not complete and not error:
+        error.append(f"exit code {code}")
+    record.update(status="complete" if complete else "failed", ended=_now(), exit_code=code,
+                  seconds=round(time.monotonic() - started, 1), error=None if complete else "\n".join(error))
+    write_json(run.folder / RUN, record)
+    return record
+
+
+def _mark_complete(run: Run) -> None:
+    """A run that finished while its sweep was being killed: tidy its folder and record it as complete."""
+    remove_stale_temporaries(run.folder)
+    record = _read_json(run.folder / RUN)
+    if record and record.get("status") != "complete":
+        ended = datetime.fromtimestamp((run.folder / METRICS).stat().st_mtime).astimezone()
+        write_json(run.folder / RUN, {**record, "status": "complete", "exit_code": 0, "error": None,
+                                      "ended": ended.isoformat(timespec="seconds")})
+
+
+def one_line(error: str | None) -> str:
+    """The last line of a run's error: the child's final message (`run failed: loss is nan ...`)."""
+    lines = [line for line in (error or "").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "no error message"
+
+
+def _dev_summary(run: Run) -> str:
+    """The run's dev metrics in one line, with its warnings (all predictions one class, say) after them."""
+    metrics = _read_json(run.folder / METRICS)
+    scores = ", ".join(f"{split} {name} {value:.4f}" for split, values in sorted(metrics.items())
+                       if split.startswith("dev") and isinstance(values, dict) for name, value in values.items())
+    return scores + "".join(f"  (warning: {line})" for line in metrics.get("warnings") or [])
+
+
+def check_before_running(output_dir: Path, todo: list[Run]) -> None:
+    """Find, before the first child starts, what would otherwise fail every child after its data and model
+    are loaded: an output folder that cannot be written, a model whose checkpoint, config or tokenizer is
+    damaged (each model of the grid read once)."""
+    check_writable_dir(output_dir)
+    for model in sorted({run.config.model for run in todo if isinstance(run.config, FinetuneConfig)}, key=str):
+        check_model(model)
+
+
+# ----------------------------------------------------------------------------------------------
+# The sweep
+
+
+def _list_runs(grid_file: str | Path, output_dir: Path, mine: list[Run], status: dict[str, str], part: str) -> int:
+    """The dry run: each run's status, the tally and the grid file's GPU-hour estimate; nothing is written."""
+    for run in mine:
+        print(f"{status[run.name]:<8}  {run.name}")
+    tally = collections.Counter(status.values())
+    print(f"{output_dir}: {len(mine)} runs{part}: "
+          + ", ".join(f"{tally[s]} {s}" for s in ("complete", "failed", "todo")))
+    hours = gpu_hours(grid_file, mine)
+    if hours is not None:
+        print(f"estimated GPU hours (the grid file's estimate, one GPU): {hours:.1f}")
+    return 0
+
+
+def sweep(grid_file: str | Path, output_dir: str | Path | None = None, shard: tuple[int, int] = (0, 1),
+          dry_run: bool = False, retry_failed: bool = True, timeout: float | None = None) -> int:
+    """Run (or, with dry_run, list) this shard's runs; return the exit code: 0 when all are complete."""
+    output_dir = Path(output_dir) if output_dir is not None else Path("runs/sweep") / Path(grid_file).stem
+    runs = load_grid(grid_file, output_dir)
+    index, count = shard
+    mine = runs[index::count]
+    for run in mine:
+        check_same_config(run)
+    status = {run.name: run_status(run) for run in mine}
+    part = f" (shard {index}/{count} of {len(runs)})" if count > 1 else ""
+
+    if dry_run:
+        return _list_runs(grid_file, output_dir, mine, status, part)
+
+    skipped = [r for r in mine if status[r.name] == "complete"]
+    left = [r for r in mine if status[r.name] == "failed" and not retry_failed]
+    todo = [r for r in mine if status[r.name] == "todo" or (status[r.name] == "failed" and retry_failed)]
+    check_before_running(output_dir, todo)
+    print(f"{output_dir}: {len(mine)} runs{part}: {len(todo)} to run, {len(skipped)} already complete"
+          + (f", {len(left)} failed and not retried" if left else ""))
+    complete, failed, busy = [], [(r, _read_json(r.folder / RUN).get("error")) for r in left], []
+    bar = progress(total=len(mine), initial=len(mine) - len(todo), desc="sweep", unit="run")
+    for run in skipped:
+        with claim(run.folder) as lock:
+            if lock is not None:
+                _mark_complete(run)
+    for run in todo:
+        run.folder.mkdir(parents=True, exist_ok=True)
+        with claim(run.folder) as lock:
+            if lock is None:
+                busy.append(run)
+                bar.write(f"busy      {run.name}: another process holds its folder; left to it")
+            elif run_status(run) == "complete":  # finished by another process since we looked
+                skipped.append(run)
+            else:
+                record = execute(run, lock, timeout)
+                if record["status"] == "complete":
+                    complete.append(run)
+                    bar.write(f"complete  {run.name}  ({record['seconds']:.0f} s)  {_dev_summary(run)}")
+                else:
+                    failed.append((run, record["error"]))
+                    bar.write(f"failed    {run.name}  ({record['seconds']:.0f} s)  {one_line(record['error'])}")
+        bar.update()
+    bar.close()
+
+    print(f"{len(complete)} complete, {len(failed)} failed, {len(skipped)} skipped (already complete)"
+          + (f", {len(busy)} busy (running in another process)" if busy else ""))
+    for run, error in failed:
+        print(f"  failed {run.name}: {one_line(error)}  (log: {run.folder / LOG})")
+    csv_path, md_path, rows = write_results(output_dir)
+    print(f"results of {len(rows)} complete runs: {md_path}, {csv_path}")
+    return 1 if failed or busy else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="python -m course_lib.sweep", description=__doc__.splitlines()[0],
+                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                     epilog="\n".join(__doc__.splitlines()[2:]))
+    parser.add_argument("grid", metavar="GRID.yaml", help="the grid file: command, base, grid")
+    parser.add_argument("--output-dir", default=None, metavar="DIR",
+                        help="parent folder of the run folders (default: runs/sweep/<grid file name>)")
+    parser.add_argument("--shard", default="0/1", metavar="I/N", help="0-based: run only the I-th of N parts")
+    parser.add_argument("--dry-run", action="store_true", help="list the runs and their status; run nothing")
+    parser.add_argument("--retry-failed", action=argparse.BooleanOptionalAction, default=True,
+                        help="run failed runs again (default: yes)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                        help="kill a run after this long and record it as failed (it resumes next time)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    def body() -> int:
+        args = build_parser().parse_strict(argv)
+        if args.timeout is not None and not args.timeout > 0:
+            raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+        return sweep(args.grid, args.output_dir, parse_shard(args.shard), args.dry_run, args.retry_failed,
+                     args.timeout)
+    return report_errors(body, "finished runs are kept; run the same command to resume")

@@ -1,0 +1,221 @@
+"""ASA: adversarial self-attention (Wu et al., AAAI 2023), and the Bernoulli-mask baseline.
+
+During fine-tuning each layer gets an adversary that looks at the layer's input and decides which
+(query, key) attention units to cut. Two passes per step: a clean one and one where every layer's attention
+is masked by its adversary. The model learns to give the same prediction in both (a symmetric KL), the
+adversary learns to make them differ while cutting as little as possible (a keep-count penalty weighted by
+tau^2). A gradient-reversal layer lets one optimiser do both. At inference the model is vanilla BERT.
+
+Following the authors' code (see docs/methods.md, section 5, ASA): the adversary is one head over the
+full hidden size, shared by all heads; its input is detached; binarisation is a deterministic straight-through
+step (`asa_noise="none"`; `"logistic"` samples a binary Concrete instead); the penalty weight is tau^2.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course_lib.model.attention import at_least_fp32
+from course_lib.model.heads import ClassifierOutput, SequenceClassifier, SpanHead
+from course_lib.tasks.glue import SENTENCE
+from course_lib.tasks.registry import get_task
+from course_lib.tasks.span_qa import SPAN_QA
+
+ADVERSARIAL_MASK = -1e4  # logit offset on cut units, as in the authors' code
+
+
+class _GradReverse(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        """[q3b] Gradient reversal, forward: the identity (Ganin & Lempitsky 2015).
+
+        Hints:
+          1. Return a tensor equal to x, of the same shape and dtype; no state needs saving in ctx.
+          2. Return a new tensor object (x.view_as(x) or x.clone()), not x itself, so autograd records an output.
+        """
+        ### BEGIN SOLUTION
+        return x.view_as(x)
+        ### END SOLUTION
+
+    @staticmethod
+    def backward(ctx, grad):
+        """[q3b] Gradient reversal, backward: d(output)/dx = -I, so the incoming gradient comes back negated.
+
+        Hints:
+          1. grad is dL/d(output), shaped like x; return dL/dx for the one input.
+          2. No scaling factor: ASA reverses the gradient exactly (the paper's lambda is 1).
+        """
+        ### BEGIN SOLUTION
+        return -grad
+        ### END SOLUTION
+
+
+def grad_reverse(x: torch.Tensor) -> torch.Tensor:
+    """Identity forward, exact negation backward (Ganin & Lempitsky 2015): the adversary ascends the loss."""
+    return _GradReverse.apply(x)
+
+
+class _StraightThroughStep(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return (x > 0).to(x.dtype) + 0.5 * (x == 0).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        s = torch.sigmoid(x)
+        return grad * s * (1 - s)
+
+
+def binarize(x: torch.Tensor, noise: str = "none") -> torch.Tensor:
+    """keep = 1[x > 0] forward, d keep/dx = sigmoid'(x) backward.
+
+    noise="logistic" adds Logistic(0, 1) noise first, which makes P(keep) = sigmoid(x): a hard binary
+    Concrete sample (Jang et al. 2017). The authors' code adds and subtracts the same Gumbel draw, so
+    its step is deterministic: that is noise="none", the default.
+    """
+    if noise == "logistic":
+        u = torch.rand_like(x).clamp(1e-6, 1 - 1e-6)
+        x = x + torch.log(u) - torch.log1p(-u)
+    return _StraightThroughStep.apply(x)
+
+
+def symmetric_kl(logits_a: torch.Tensor, logits_b: torch.Tensor) -> torch.Tensor:
+    """½[KL(p_a || p_b) + KL(p_b || p_a)] of the softmax distributions, summed over classes, batch mean."""
+    log_a, log_b = F.log_softmax(at_least_fp32(logits_a), -1), F.log_softmax(at_least_fp32(logits_b), -1)
+    return 0.5 * (F.kl_div(log_b, log_a, log_target=True, reduction="batchmean")
+                  + F.kl_div(log_a, log_b, log_target=True, reduction="batchmean"))
+
+
+class Adversary(nn.Module):
+    """One layer's adversary: X = (W_q h)(W_k h)^T / sqrt(d) over the detached layer input, (B, L, L)."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.query = nn.Linear(hidden_size, hidden_size)
+        self.key = nn.Linear(hidden_size, hidden_size)
+        for lin in (self.query, self.key):
+            nn.init.normal_(lin.weight, std=0.02)
+            nn.init.zeros_(lin.bias)
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        h = hidden.detach()  # the adversary attacks; it does not steer the representation it reads
+        # (h_i W_q^T + b_q) . (h_j W_k^T + b_k) = h_i (W_q^T W_k) h_j^T + h_i W_q^T b_k + b_q W_k h_j^T + b_q . b_k:
+        # one (d, d) product applied to every token instead of two projections, half the adversary's matmuls.
+        wq, bq, wk, bk = self.query.weight, self.query.bias, self.key.weight, self.key.bias
+        query_side, key_side = h @ (wq.t() @ bk), h @ (wk.t() @ bq)  # (B, L) each
+        x = (h @ (wq.t() @ wk)) @ h.transpose(-2, -1) + query_side[..., :, None] + key_side[..., None, :] + bq @ bk
+        x = x / math.sqrt(h.shape[-1])  # (B, L, L)
+        if attention_mask is not None:  # padded keys are never kept
+            x = x + (1.0 - attention_mask[:, None, :].to(x.dtype)) * ADVERSARIAL_MASK
+        return x
+
+
+def masked_fraction(keep: torch.Tensor, attention_mask: torch.Tensor | None) -> float:
+    """Share of real (query, key) units that are cut: the paper's masking proportion."""
+    cut = 1.0 - keep.detach().float()
+    if attention_mask is None:
+        return cut.mean().item()
+    real = attention_mask.float()
+    pairs = real[:, :, None] * real[:, None, :]
+    return ((cut * pairs).sum() / pairs.sum()).item()
+
+
+class AdversarialSelfAttention:
+    """ASA's two-pass objective for any task head (`mode="asa"`), or random attention masks in the same loss
+    (`mode="bernoulli"`, the paper's naive-masking baseline, Table 3). Mixed into a head class that has
+    `logits`, `forward` and `loss`; the head's `divergence(clean, adversarial)` compares its own output
+    distributions (classes; a span's start and end positions)."""
+
+    def init_adversaries(self, mode: str, asa_tau: float, asa_noise: str, bernoulli_p: float) -> None:
+        self.mode, self.asa_tau, self.asa_noise, self.bernoulli_p = mode, asa_tau, asa_noise, bernoulli_p
+        if mode == "asa":
+            config = self.encoder.config
+            self.adversaries = nn.ModuleList(Adversary(config.hidden_size) for _ in range(config.num_hidden_layers))
+
+    def adversarial_bias(self, attention_mask, keeps: list):
+        """The per-layer bias hook for the second pass: cut units get ADVERSARIAL_MASK, shared by all heads."""
+        def bias(layer: int, hidden: torch.Tensor) -> torch.Tensor:
+            if self.mode == "asa":
+                keep = grad_reverse(binarize(self.adversaries[layer](hidden, attention_mask), self.asa_noise))
+            else:
+                B, L = hidden.shape[:2]
+                keep = (torch.rand(B, L, L, device=hidden.device) >= self.bernoulli_p).to(hidden.dtype)
+            keeps.append(keep)
+            return ((1.0 - keep) * ADVERSARIAL_MASK)[:, None]  # (B, 1, L, L)
+        return bias
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> ClassifierOutput:
+        clean = super().forward(input_ids, attention_mask, token_type_ids, labels)
+        if not self.training or labels is None:
+            return clean  # inference is vanilla BERT: the adversaries are not called
+        keeps: list[torch.Tensor] = []
+        adversarial, _ = self.logits(input_ids, attention_mask, token_type_ids,
+                                     attention_bias=self.adversarial_bias(attention_mask, keeps))
+        divergence = self.divergence(clean.logits, adversarial)
+        loss = clean.loss + divergence
+        if self.mode == "asa":  # kept units per example over all layers; the GRL makes the adversary maximise it
+            penalty = self.asa_tau ** 2 * sum(k.sum() for k in keeps) / input_ids.shape[0]
+            loss = loss + (penalty - penalty.detach())  # its gradient only: the logged loss stays L_e + D
+        clean.loss = loss
+        clean.stats = {"masked_fraction": [masked_fraction(k, attention_mask) for k in keeps],
+                       "divergence": divergence.item()}
+        return clean
+
+
+class ASAClassifier(AdversarialSelfAttention, SequenceClassifier):
+    """A sequence classifier (or regressor) trained with ASA or with random masks."""
+
+    def __init__(self, encoder, num_labels: int, dropout: float = 0.1, mode: str = "asa", asa_tau: float = 0.3,
+                 asa_noise: str = "none", bernoulli_p: float = 0.1):
+        SequenceClassifier.__init__(self, encoder, num_labels, dropout)
+        self.init_adversaries(mode, asa_tau, asa_noise, bernoulli_p)
+
+    @classmethod
+    def from_config(cls, cfg, encoder, num_labels: int, **options) -> "ASAClassifier":
+        return cls(encoder, num_labels, cfg.classifier_dropout, **options)
+
+    def divergence(self, clean: torch.Tensor, adversarial: torch.Tensor) -> torch.Tensor:
+        """Symmetric KL of the class distributions; a regressor compares its two predictions directly."""
+        if self.num_labels == 1:
+            return F.mse_loss(adversarial.float(), clean.float())
+        return symmetric_kl(clean, adversarial)
+
+
+class ASASpanHead(AdversarialSelfAttention, SpanHead):
+    """A span QA head trained with ASA or with random masks: the symmetric KL of the start distributions and of
+    the end distributions over the window's tokens, averaged as the start and end losses are."""
+
+    def __init__(self, encoder, num_labels: int = 2, mode: str = "asa", asa_tau: float = 0.3,
+                 asa_noise: str = "none", bernoulli_p: float = 0.1):
+        SpanHead.__init__(self, encoder, num_labels)
+        self.init_adversaries(mode, asa_tau, asa_noise, bernoulli_p)
+
+    @classmethod
+    def from_config(cls, cfg, encoder, num_labels: int, **options) -> "ASASpanHead":
+        return cls(encoder, num_labels, **options)
+
+    def divergence(self, clean: torch.Tensor, adversarial: torch.Tensor) -> torch.Tensor:
+        return (symmetric_kl(clean[..., 0], adversarial[..., 0]) + symmetric_kl(clean[..., 1], adversarial[..., 1])) / 2
+
+
+ASA_MODELS = {SENTENCE: ASAClassifier, SPAN_QA: ASASpanHead}  # the task families ASA applies to, and how
+
+
+def _build(cfg, encoder, num_labels: int, mode: str):
+    options = dict(mode=mode, asa_tau=cfg.asa_tau, asa_noise=cfg.asa_noise, bernoulli_p=cfg.bernoulli_p)
+    return ASA_MODELS[get_task(cfg.task).family].from_config(cfg, encoder, num_labels, **options)
+
+
+def build_asa(cfg, encoder, num_labels: int, tokenizer):
+    """The method registry's task model for `asa` (`course_lib.methods.registry`), for the run's task family."""
+    return _build(cfg, encoder, num_labels, "asa")
+
+
+def build_bernoulli_mask(cfg, encoder, num_labels: int, tokenizer):
+    """The method registry's task model for `bernoulli-mask`: ASA's two-pass loss with random masks."""
+    return _build(cfg, encoder, num_labels, "bernoulli")

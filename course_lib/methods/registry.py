@@ -1,0 +1,101 @@
+"""The fine-tuning methods by name: one registry, the way Hugging Face maps names to classes.
+
+A method is what it changes, declared once: the config fields it reads, how it changes the pretrained
+encoder's config, which task model it trains (the plain head, or one whose objective it changes), what it does
+to the training set at the start of each epoch, and the task families it applies to. The training code asks
+the registry and has no `if method == ...` of its own, so a new method is its own module plus one `register`
+line here (or in a user's file: `register(Method(...))` before `finetune`).
+
+    vanilla          plain fine-tuning (Devlin et al. 2019)
+    ssaf             sparsegen-lin attention (Cui et al. 2019)             course_lib/methods/ssaf.py
+    asa              adversarial self-attention (Wu et al. 2023)           course_lib/methods/asa.py
+    bernoulli-mask   ASA's random-mask baseline (Wu et al. 2023)           course_lib/methods/asa.py
+    ssa-co           self-supervised attention, co-training (Kou et al.)   course_lib/methods/ssa.py
+    ssa-hybrid       SSA with the importance-pooling layer (Kou et al.)    course_lib/methods/ssa.py
+    bert-mask        SSA's masked-copy augmentation baseline (Kou et al.)  course_lib/methods/ssa.py
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from course_lib.methods import asa
+from course_lib.methods import ssa
+from course_lib.methods import ssaf
+from course_lib.errors import UsageError, choice_error
+from course_lib.tasks.glue import SENTENCE
+
+
+@dataclass(frozen=True)
+class EpochContext:
+    """What a method's per-epoch hook may use: the epoch (0-based), the task's kind, the tokens it must leave
+    alone, the [MASK] id, and `probe(features)`, the current model's predictions (class ids or scores)."""
+
+    epoch: int
+    is_regression: bool
+    special_ids: set[int]
+    mask_id: int
+    probe: Callable[[list[dict]], list]
+
+
+@dataclass(frozen=True)
+class Method:
+    """One fine-tuning method. Every callable receives the run's FinetuneConfig as `cfg`.
+
+    build_model(cfg, encoder, num_labels, tokenizer): the task model, whose forward returns the method's loss;
+    None: the task family's plain head (`TaskFamily.build_head`).
+    encoder_overrides(cfg): BertConfig fields to change before the pretrained weights load (SSAF's normaliser).
+    epoch_data(cfg, features, context): the epoch's training set and its statistics, or None to train on the
+    encoded set as it is; its result is cached in the run folder, so a resumed epoch trains on the same set.
+    token_labels: the task model reads per-token labels (SSA), which epoch_data writes into the features.
+    """
+
+    name: str
+    summary: str
+    fields: tuple[str, ...] = ()  # the FinetuneConfig fields it reads beyond the shared recipe
+    build_model: Callable | None = None
+    encoder_overrides: Callable[..., dict] = lambda cfg: {}
+    epoch_data: Callable | None = None
+    token_labels: bool = False
+    families: tuple[str, ...] | None = None  # the task families it applies to; None: every one (it only
+    #   changes the encoder, whose output every family's head reads)
+
+    def check_family(self, family: str) -> None:
+        """Refuse a task family the method is not defined for, in one line naming the ones it is."""
+        if self.families is not None and family not in self.families:
+            raise UsageError(f"method {self.name!r} does not apply to {family} tasks "
+                             f"(it applies to: {', '.join(self.families)})")
+
+
+METHODS: dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+    """Add a method under its name; a second, different method of the same name is refused."""
+    if METHODS.get(method.name, method) is not method:
+        raise ValueError(f"a method named {method.name!r} is registered already")
+    METHODS[method.name] = method
+    return method
+
+
+def get_method(name: str) -> Method:
+    if name not in METHODS:
+        raise choice_error("method", name, METHODS)
+    return METHODS[name]
+
+
+register(Method("vanilla", "plain fine-tuning (Devlin et al. 2019)"))
+register(Method("ssaf", "sparsegen-lin attention in every head (Cui et al. 2019)", ("sparsegen_lambda",),
+                encoder_overrides=ssaf.encoder_config))
+register(Method("asa", "adversarial self-attention (Wu et al. 2023)", ("asa_tau", "asa_noise"),
+                build_model=asa.build_asa, families=tuple(asa.ASA_MODELS)))
+register(Method("bernoulli-mask", "random attention masks, ASA's baseline (Wu et al. 2023)", ("bernoulli_p",),
+                build_model=asa.build_bernoulli_mask, families=tuple(asa.ASA_MODELS)))
+register(Method("ssa-co", "self-supervised attention, co-training (Kou et al. 2020)", ssa.SSA_FIELDS,
+                build_model=ssa.build_ssa_co, epoch_data=ssa.ssa_epoch_data, token_labels=True,
+                families=(SENTENCE,)))
+register(Method("ssa-hybrid", "self-supervised attention with importance pooling (Kou et al. 2020)",
+                ssa.SSA_FIELDS + ("ssa_cls_weight", "ssa_threshold"), build_model=ssa.build_ssa_hybrid,
+                epoch_data=ssa.ssa_epoch_data, token_labels=True, families=(SENTENCE,)))
+register(Method("bert-mask", "masked copies with their gold labels, SSA's baseline (Kou et al. 2020)",
+                epoch_data=ssa.bert_mask_epoch_data, families=(SENTENCE,)))

@@ -1,0 +1,31 @@
+"""SSAF: fine-tuning BERT with sparse self-attention (Cui et al., EMNLP-IJCNLP 2019).
+
+Every head of every layer swaps its row softmax for sparsegen-lin with one global lambda (paper Eqs. 7-8),
+and all of BERT is fine-tuned as usual. Negative lambda (the paper uses -3 to -7) is *less* sparse than
+sparsemax; see `course_lib.model.attention.sparsegen_lin` for the mathematics.
+"""
+from __future__ import annotations
+
+import torch
+
+from course_lib.model.attention import sparsity
+
+
+def encoder_overrides(sparsegen_lambda: float) -> dict:
+    """BertConfig fields that turn a pretrained BERT into an SSAF model."""
+    return {"attn_normalizer": "sparsegen_lin", "sparsegen_lambda": sparsegen_lambda}
+
+
+@torch.no_grad()
+def attention_sparsity(encoder, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
+    """Fraction of exact zeros in each head's attention over real tokens: (layers, heads), for plots."""
+    was_training = encoder.training
+    encoder.eval()
+    out = encoder(input_ids, attention_mask, token_type_ids, output_attentions=True)
+    encoder.train(was_training)
+    return torch.stack([sparsity(probs, attention_mask) for probs in out.attentions])
+
+
+def encoder_config(cfg) -> dict:
+    """The method registry's hook (`course_lib.methods.registry`): the run's lambda into the encoder's config."""
+    return encoder_overrides(cfg.sparsegen_lambda)

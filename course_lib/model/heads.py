@@ -1,0 +1,103 @@
+"""Task heads on top of the encoder."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from course_lib.model.bert import BertModel, BertOutput, Layer, split_heads
+
+
+def cls_row_layer(layer: Layer, x: torch.Tensor, bias: torch.Tensor | None, need_weights: bool):
+    """An encoder layer computed for the [CLS] row only: its query attends over every token's key and value, so
+    the pooled output is the full layer's, for about a quarter of the layer's compute. Output (B, 1, d); the
+    attention map, when asked for, (B, H, 1, L)."""
+    attention = layer.attention
+    q, k, v = split_heads(attention.qkv(x), attention.num_heads)  # 3 × (B, H, L, d_h)
+    row_bias = bias[..., :1, :] if bias is not None else None
+    x, probs = attention.mix(x[:, :1], q[:, :, :1], k, v, row_bias, need_weights)
+    return layer.ffn(x), probs
+
+
+@dataclass
+class ClassifierOutput:
+    logits: torch.Tensor  # (B, num_labels)
+    loss: torch.Tensor | None = None  # the training objective, when labels are given
+    stats: dict = field(default_factory=dict)  # method-specific numbers to log (masking proportion, ...)
+    token_logits: torch.Tensor | None = None  # (B, L, 2) from a token head (SSA), for plots of token scores
+
+
+class SequenceClassifier(nn.Module):
+    """BERT's sentence-level head (Devlin et al. 2019, Sec. 4.1): dropout(pooled [CLS]) → linear.
+
+    num_labels = 1 makes it a regressor (STS-B). Like Hugging Face's task models, `forward` computes the
+    training loss when labels are given, so method subclasses can change the objective behind one call
+    (which is also what DistributedDataParallel needs).
+    """
+
+    # The same logits and gradients either way, up to float rounding (~1e-9 in the gradients); False computes
+    # every position of the last layer as Hugging Face does, for bit-for-bit comparisons.
+    cls_only = True
+
+    def __init__(self, encoder: BertModel, num_labels: int, dropout: float = 0.1):
+        super().__init__()
+        self.encoder = encoder
+        self.num_labels = num_labels
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
+        nn.init.normal_(self.classifier.weight, std=0.02)
+        nn.init.zeros_(self.classifier.bias)
+
+    def logits(self, input_ids, attention_mask=None, token_type_ids=None,
+               **encoder_kwargs) -> tuple[torch.Tensor, BertOutput]:
+        """(logits, encoder output). Unless attention maps are asked for, the encoder's last layer computes the
+        [CLS] row only (`cls_row_layer`, when `self.cls_only`): the head reads nothing else."""
+        if self.cls_only and not encoder_kwargs.get("output_attentions", False):
+            encoder_kwargs.setdefault("last_layer", cls_row_layer)
+        out = self.encoder(input_ids, attention_mask, token_type_ids, **encoder_kwargs)
+        return self.classifier(self.dropout(out.pooler_output)), out
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> ClassifierOutput:
+        logits, _ = self.logits(input_ids, attention_mask, token_type_ids)
+        return ClassifierOutput(logits, None if labels is None else self.loss(logits, labels))
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy for classes, mean squared error for regression (as run_glue does)."""
+        if self.num_labels == 1:
+            return nn.functional.mse_loss(logits.squeeze(-1).float(), labels.float())
+        return nn.functional.cross_entropy(logits.float(), labels)
+
+
+class SpanHead(nn.Module):
+    """BERT's span question answering head (Devlin et al. 2019, Sec. 4.2): one linear layer gives every token a
+    start score and an end score; the answer is the best-scoring start..end pair (decoding is the task family's).
+
+    Output logits (B, L, 2): [..., 0] start, [..., 1] end. Labels (B, 2): the gold start and end token, 0 ([CLS])
+    when the answer is not in the window. Like Hugging Face's `BertForQuestionAnswering`, no dropout before the
+    output layer and the loss is the mean of the start and end cross-entropies.
+    """
+
+    def __init__(self, encoder: BertModel, num_labels: int = 2):
+        super().__init__()
+        if num_labels != 2:
+            raise ValueError(f"a span head has 2 outputs per token (start, end), got num_labels={num_labels}")
+        self.encoder = encoder
+        self.num_labels = num_labels
+        self.qa_outputs = nn.Linear(encoder.config.hidden_size, 2)
+        nn.init.normal_(self.qa_outputs.weight, std=0.02)
+        nn.init.zeros_(self.qa_outputs.bias)
+
+    def logits(self, input_ids, attention_mask=None, token_type_ids=None,
+               **encoder_kwargs) -> tuple[torch.Tensor, BertOutput]:
+        out = self.encoder(input_ids, attention_mask, token_type_ids, **encoder_kwargs)
+        return self.qa_outputs(out.last_hidden_state), out  # (B, L, 2)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> ClassifierOutput:
+        logits, _ = self.logits(input_ids, attention_mask, token_type_ids)
+        return ClassifierOutput(logits, None if labels is None else self.loss(logits, labels))
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Mean of the start and end cross-entropies over the window's positions."""
+        start, end = logits.float().unbind(-1)  # (B, L) each
+        return (nn.functional.cross_entropy(start, labels[:, 0]) + nn.functional.cross_entropy(end, labels[:, 1])) / 2

@@ -1,0 +1,1 @@
+"""Task families and their data, heads and metrics; GLUE is one family."""

@@ -1,0 +1,339 @@
+"""GLUE tasks: a registry, readers for the original TSV layout, tokenisation and batching.
+
+This module knows nothing about the model. It turns a task name into lists of `Example`s
+(from a local folder in GLUE layout or from the `nyu-mll/glue` hub dataset), the examples into
+token ids with a tokenizer passed in, and token ids into padded tensors and batch orders.
+
+Label ids follow `nyu-mll/glue` on the hub, so the two sources give identical class ids:
+mnli entailment=0, neutral=1, contradiction=2; qnli and rte entailment=0, not_entailment=1;
+the other classification tasks use the 0/1 written in the files.
+"""
+
+import csv
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from course_lib.errors import UsageError, choice_error
+from course_lib.tasks.batching import pad_tokens
+
+SENTENCE = "sentence"  # the task family of GLUE's tasks (course_lib.tasks.registry)
+
+
+@dataclass(frozen=True)
+class TsvLayout:
+    """Where texts and label sit in a task's GLUE TSV files, by column name.
+
+    Columns are found by header name, so a file with extra or reordered columns still reads
+    (MNLI's train and dev files differ in their number of label1..label5 columns). CoLA has no
+    header row; `columns` names its fields by position instead.
+    """
+
+    text_columns: tuple[str, ...]
+    label_column: str
+    columns: tuple[str, ...] | None = None  # names for a headerless file; None: first row is the header
+
+
+@dataclass(frozen=True)
+class GlueTask:
+    """One GLUE task: what the model reads, what it predicts and how it is scored."""
+
+    name: str  # 'sst2', the nyu-mll/glue config name
+    folder: str  # GLUE folder: 'SST-2'
+    text_columns: tuple[str, ...]  # column names in the nyu-mll/glue hub dataset
+    label_names: tuple[str, ...] | None  # as written in the TSVs, index = class id; None: regression
+    metrics: tuple[str, ...]  # names for metrics.compute_metrics
+    dev_splits: tuple[str, ...] = ("dev",)  # mnli: ('dev_matched', 'dev_mismatched')
+    tsv: TsvLayout = field(kw_only=True)  # where the same fields sit in the GLUE TSV files
+    label_range: tuple[float, float] | None = field(default=None, kw_only=True)  # regression: lowest, highest score
+    family: str = field(default=SENTENCE, kw_only=True)  # its task family
+    max_len: int = field(default=128, kw_only=True)  # its runs' sequence length unless they set one
+
+    @property
+    def is_regression(self) -> bool:
+        return self.label_names is None
+
+    @property
+    def num_labels(self) -> int:
+        """Width of the classifier output: one score for regression (STS-B)."""
+        return 1 if self.label_names is None else len(self.label_names)
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """Splits with gold labels; GLUE's test labels are hidden, so 'test' is not one."""
+        return ("train", *self.dev_splits)
+
+
+_BINARY = ("0", "1")
+_PAIR = ("sentence1", "sentence2")
+
+GLUE_TASKS: dict[str, GlueTask] = {
+    task.name: task
+    for task in [
+        GlueTask("cola", "CoLA", ("sentence",), _BINARY, ("matthews_correlation",),
+                 tsv=TsvLayout(("sentence",), "label",
+                               columns=("source", "label", "original_mark", "sentence"))),
+        GlueTask("sst2", "SST-2", ("sentence",), _BINARY, ("accuracy",),
+                 tsv=TsvLayout(("sentence",), "label")),
+        GlueTask("mrpc", "MRPC", _PAIR, _BINARY, ("accuracy", "f1"),
+                 tsv=TsvLayout(("#1 String", "#2 String"), "Quality")),
+        GlueTask("qqp", "QQP", ("question1", "question2"), _BINARY, ("accuracy", "f1"),
+                 tsv=TsvLayout(("question1", "question2"), "is_duplicate")),
+        GlueTask("stsb", "STS-B", _PAIR, None, ("pearson", "spearmanr"),
+                 tsv=TsvLayout(_PAIR, "score"), label_range=(0.0, 5.0)),
+        GlueTask("mnli", "MNLI", ("premise", "hypothesis"),
+                 ("entailment", "neutral", "contradiction"), ("accuracy",),
+                 ("dev_matched", "dev_mismatched"), tsv=TsvLayout(_PAIR, "gold_label")),
+        GlueTask("qnli", "QNLI", ("question", "sentence"), ("entailment", "not_entailment"),
+                 ("accuracy",), tsv=TsvLayout(("question", "sentence"), "label")),
+        GlueTask("rte", "RTE", _PAIR, ("entailment", "not_entailment"), ("accuracy",),
+                 tsv=TsvLayout(_PAIR, "label")),
+        GlueTask("wnli", "WNLI", _PAIR, _BINARY, ("accuracy",), tsv=TsvLayout(_PAIR, "label")),
+    ]
+}
+
+
+def special_token_ids(tokenizer) -> set[int]:
+    """[CLS], [SEP] and [PAD]: the tokens that are not text, which no method masks, probes or labels."""
+    return {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
+
+
+def get_task(name: str) -> GlueTask:
+    """Look a task up by name, ignoring case and dashes, so 'SST-2', 'sst2' and 'STS-B' work."""
+    key = name.lower().replace("-", "")
+    if key not in GLUE_TASKS:
+        raise choice_error("GLUE task", name, GLUE_TASKS)
+    return GLUE_TASKS[key]
+
+
+@dataclass
+class Example:
+    texts: tuple[str, ...]  # one sentence, or a pair
+    label: int | float  # class id, or a score for regression
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading
+
+
+def load_split(
+    task: GlueTask | str, split: str, glue_dir: str | os.PathLike | None = None
+) -> list[Example]:
+    """Read one labelled split: from `glue_dir`, else $GLUE_DIR, else the nyu-mll/glue hub dataset.
+
+    A local folder wins so that offline machines and CI never touch the network; the error
+    when nothing works says how to provide the data.
+    """
+    task = get_task(task) if isinstance(task, str) else task
+    if split not in task.splits:
+        raise choice_error(f"split for {task.name}", split, task.splits)
+    glue_dir = glue_dir if glue_dir is not None else os.environ.get("GLUE_DIR") or None
+    if glue_dir is not None:
+        return _read_tsv(_split_path(task, split, Path(glue_dir).expanduser()), task)
+    return _load_from_hub(task, split)
+
+
+def _split_path(task: GlueTask, split: str, glue_dir: Path) -> Path:
+    if not glue_dir.is_dir():
+        raise UsageError(f"GLUE folder {str(glue_dir)!r} does not exist or is not a folder")
+    folder = glue_dir / task.folder
+    if not folder.is_dir():
+        found = sorted(p.name for p in glue_dir.iterdir() if p.is_dir())
+        raise UsageError(
+            f"GLUE folder {str(glue_dir)!r} has no {task.folder}/ (found: {', '.join(found) or 'nothing'})"
+        )
+    path = folder / f"{split}.tsv"
+    if not path.is_file():
+        found = sorted(p.name for p in folder.iterdir())
+        raise UsageError(
+            f"missing {str(path)!r} (found in {task.folder}/: {', '.join(found) or 'nothing'})"
+        )
+    return path
+
+
+def _read_tsv(path: Path, task: GlueTask) -> list[Example]:
+    """Read a GLUE TSV strictly: any row with the wrong number of fields is an error at file:line.
+
+    QUOTE_NONE because sentences contain stray '"'; utf-8-sig drops the byte-order mark that
+    MRPC's original files start with.
+    """
+    try:
+        examples = _read_rows(path, task)
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text") from None
+    if not examples:
+        raise UsageError(f"{path}: no examples")
+    return examples
+
+
+def _read_rows(path: Path, task: GlueTask) -> list[Example]:
+    layout = task.tsv
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = list(layout.columns) if layout.columns else [c.strip() for c in next(rows, [])]
+        wanted = (*layout.text_columns, layout.label_column)
+        missing = [c for c in wanted if c not in header]
+        if missing:
+            raise UsageError(
+                f"{path}: header lacks column {missing[0]!r} "
+                f"(expected {', '.join(wanted)}; found {', '.join(header) or 'an empty file'})"
+            )
+        text_at = [header.index(c) for c in layout.text_columns]
+        label_at = header.index(layout.label_column)
+        examples = []
+        for row in rows:
+            if not row:  # a blank line, e.g. a trailing one
+                continue
+            where = f"{path}:{rows.line_num}"
+            if len(row) != len(header):
+                raise UsageError(
+                    f"{where}: expected {len(header)} tab-separated fields, found {len(row)}"
+                )
+            label = _parse_label(task, row[label_at].strip(), where)
+            examples.append(Example(tuple(row[i] for i in text_at), label))
+    return examples
+
+
+def _parse_label(task: GlueTask, text: str, where: str) -> int | float:
+    if task.label_names is None:
+        return _parse_score(task, text, where)
+    if text not in task.label_names:
+        raise UsageError(f"{where}: unknown label {text!r} (valid: {', '.join(task.label_names)})")
+    return task.label_names.index(text)
+
+
+def _parse_score(task: GlueTask, text: str, where: str) -> float:
+    """A regression label, refused here when not finite or outside the task's range.
+
+    float() accepts 'nan' and 'inf'. Let through, a NaN score surfaces later as a NaN loss whose message
+    blames the learning rate, and an out-of-range one (17 on STS-B's 0-5 scale) trains silently.
+    """
+    try:
+        score = float(text)
+    except ValueError:
+        raise UsageError(f"{where}: score {text!r} is not a number") from None
+    low, high = task.label_range or (-math.inf, math.inf)
+    if not math.isfinite(score) or not low <= score <= high:
+        valid = f"{low:g} to {high:g}" if task.label_range else "a finite number"
+        raise UsageError(f"{where}: score {text!r} is out of range for {task.name} (valid: {valid})")
+    return score
+
+
+def _load_from_hub(task: GlueTask, split: str) -> list[Example]:
+    hub_split = split.replace("dev", "validation")  # dev_matched -> validation_matched
+    try:
+        import datasets  # imported here: slow to import and only needed without a local folder
+
+        table = datasets.load_dataset("nyu-mll/glue", task.name, split=hub_split)
+        columns = [list(table[c]) for c in task.text_columns]
+        labels = list(table["label"])
+    except Exception as err:  # offline, no cache, hub changes: all mean "give me a folder"
+        raise UsageError(
+            f"could not load GLUE {task.name} {split} from the hub ({type(err).__name__}): "
+            f"set GLUE_DIR or --glue-dir to a folder in GLUE layout (e.g. {task.folder}/{split}.tsv), "
+            f"or go online"
+        ) from err
+    cast = float if task.is_regression else int
+    return [Example(tuple(texts), cast(label)) for *texts, label in zip(*columns, labels)]
+
+
+def subsample(examples: list, n: int | None, seed: int) -> list:
+    """A deterministic random subset of `n` examples (a debug cap like run_glue's max_train_samples).
+
+    The chosen indices are the first n of one seeded permutation, so a smaller cap is a subset
+    of a larger one; they are kept in file order so outputs line up with the file.
+    """
+    if n is None or n >= len(examples):
+        return list(examples)
+    if n < 1:
+        raise UsageError(f"sample cap must be a positive number or unset, got {n}")
+    chosen = np.sort(np.random.default_rng(seed).permutation(len(examples))[:n])
+    return [examples[i] for i in chosen]
+
+
+# ----------------------------------------------------------------------------------------------
+# Tokenisation and batching
+
+
+def encode(examples: list[Example], tokenizer, max_len: int, chunk_size: int = 4096) -> list[dict]:
+    """Token ids for each example: [CLS] a [SEP] (b [SEP]), truncated to `max_len` tokens.
+
+    Pairs are truncated longest-first (the tokenizer's default), as BERT did for GLUE. The fast
+    tokenizer is called on chunks of examples because one call per example is ~20x slower.
+    """
+    if max_len < 4:
+        raise UsageError(f"max_len must be at least 4 (room for [CLS], [SEP] and text), got {max_len}")
+    if len({len(ex.texts) for ex in examples}) > 1:
+        raise ValueError("examples mix single sentences and pairs; encode one task's split at a time")
+    features = []
+    for start in range(0, len(examples), chunk_size):
+        chunk = examples[start:start + chunk_size]
+        columns = list(zip(*(ex.texts for ex in chunk)))  # one tuple of texts per text column
+        ids = tokenizer(*(list(c) for c in columns), truncation=True, max_length=max_len)
+        features += [
+            {"input_ids": input_ids, "token_type_ids": token_type_ids, "label": ex.label}
+            for input_ids, token_type_ids, ex in zip(ids["input_ids"], ids["token_type_ids"], chunk)
+        ]
+    return features
+
+
+def collate(features: list[dict], pad_token_id: int = 0) -> dict[str, torch.Tensor]:
+    """Pad a batch to its own longest sequence (dynamic padding), not to max_len.
+
+    labels are long class ids, or float scores when any label is a float (STS-B regression).
+    """
+    batch = pad_tokens(features, pad_token_id)  # input_ids, attention_mask, token_type_ids: (B, L)
+    labels = [f["label"] for f in features]
+    is_score = any(isinstance(y, float) for y in labels)
+    batch["labels"] = torch.tensor(labels, dtype=torch.float if is_score else torch.long)  # (B,)
+    B, L = batch["input_ids"].shape
+    if "token_labels" in features[0]:  # per-token targets (SSA), padded with the ignore index -1
+        batch["token_labels"] = torch.full((B, L), -1, dtype=torch.long)
+        for b, f in enumerate(features):
+            batch["token_labels"][b, : len(f["token_labels"])] = torch.tensor(f["token_labels"])
+    return batch
+
+
+BUCKET_CHUNK_BATCHES = 50  # bucketing sorts chunks of this many batches: less padding, still random
+
+
+def epoch_batches(
+    lengths: list[int],
+    batch_size: int,
+    seed: int,
+    epoch: int,
+    shuffle: bool = True,
+    bucket: bool = False,
+) -> list[list[int]]:
+    """Split example indices into batches; every index appears exactly once.
+
+    A pure function of its arguments (the generator is seeded from seed and epoch), so a run
+    resumed mid-epoch rebuilds the same order and skips the batches it already did.
+    bucket=True groups similar lengths: shuffle, sort each chunk of BUCKET_CHUNK_BATCHES batches
+    by length, cut it into batches, then shuffle the batch order, which cuts padding while
+    keeping batches random. Without shuffle, batches are in index order, or with bucket=True
+    longest first (so an out-of-memory batch fails at once); either way eval batches should be
+    scattered back by index.
+    """
+    if batch_size < 1:
+        raise UsageError(f"batch size must be a positive number, got {batch_size}")
+    n = len(lengths)
+    lengths = np.asarray(lengths)
+    if not shuffle:
+        order = np.argsort(-lengths, kind="stable") if bucket else np.arange(n)
+        return [order[i:i + batch_size].tolist() for i in range(0, n, batch_size)]
+    rng = np.random.default_rng([seed % 2**64, epoch])  # one independent stream per (seed, epoch)
+    order = rng.permutation(n)
+    if not bucket:
+        return [order[i:i + batch_size].tolist() for i in range(0, n, batch_size)]
+    chunk = BUCKET_CHUNK_BATCHES * batch_size
+    batches = []
+    for start in range(0, n, chunk):
+        part = order[start:start + chunk]
+        part = part[np.argsort(lengths[part], kind="stable")]
+        batches += [part[i:i + batch_size].tolist() for i in range(0, len(part), batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]

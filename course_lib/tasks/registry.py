@@ -1,0 +1,97 @@
+"""Task families and task presets by name: the registry the training code asks, the way methods have theirs.
+
+A task family is a kind of problem, declared once: how a split is read, how examples become features and
+padded batches, the plain task model (encoder plus head, whose forward returns the loss given labels), how the
+model's outputs become predictions, how predictions are scored, and how they are written for a reader or a
+leaderboard. A task is a named preset of one family (GLUE's SST-2 is one of the sentence family). The training
+code has no `if task == ...`: a new family is its own module plus one `register_family` line here.
+
+    sentence   classification or regression of a sentence or a pair (GLUE)     tasks/sentence.py, tasks/glue.py
+    span_qa    span question answering (SQuAD v1.1, v2.0)                     tasks/span_qa.py, tasks/squad.py
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from course_lib.errors import choice_error
+from course_lib.tasks import glue, sentence, span_qa, squad
+
+
+@dataclass(frozen=True)
+class TaskFamily:
+    """One kind of task. Below, `task` is one of the family's presets (e.g. a `glue.GlueTask`) and `cfg` the run's
+    FinetuneConfig, whose fields say where the data is and how long a sequence may be.
+
+    read(task, split, cfg)                         the split's examples (a local file or folder, else the hub)
+    encode(examples, tokenizer, cfg, training)     features: dicts of token ids and the label, one or more
+                                                   per example (evaluation ones keep what decoding needs)
+    collate(features, pad_id)                      a padded batch of tensors, labels under "labels"
+    build_head(cfg, encoder, num_labels, tokenizer)  the plain task model; its forward returns the loss
+    decode(task, outputs, features)                predictions from each feature's output row (its logits)
+    score(task, predictions, features)             (metrics, a line saying what is degenerate about the
+                                                   predictions, or None)
+    write_predictions(path, task, predictions, scores)  the predictions file, in the task's own layout
+    predictions_suffix                             that file's suffix: <split>_predictions.<suffix>
+    """
+
+    name: str
+    summary: str
+    read: Callable
+    encode: Callable
+    collate: Callable
+    build_head: Callable
+    decode: Callable
+    score: Callable
+    write_predictions: Callable
+    predictions_suffix: str
+
+
+FAMILIES: dict[str, TaskFamily] = {}
+TASKS: dict[str, object] = {}  # name -> preset; each preset has .name, .family, .dev_splits, .num_labels
+
+
+def register_family(family: TaskFamily) -> TaskFamily:
+    if FAMILIES.get(family.name, family) is not family:
+        raise ValueError(f"a task family named {family.name!r} is registered already")
+    FAMILIES[family.name] = family
+    return family
+
+
+def register_task(task) -> None:
+    """Add a preset under its name; its family must be registered first."""
+    get_family(task.family)
+    if TASKS.get(task.name, task) is not task:
+        raise ValueError(f"a task named {task.name!r} is registered already")
+    TASKS[task.name] = task
+
+
+def get_family(name: str) -> TaskFamily:
+    if name not in FAMILIES:
+        raise choice_error("task family", name, FAMILIES)
+    return FAMILIES[name]
+
+
+def get_task(name: str):
+    """A preset by name, ignoring case and dashes, so 'SST-2', 'sst2' and 'STS-B' work."""
+    def key(text: str) -> str:
+        return text.lower().replace("-", "")
+
+    found = [task for task_name, task in TASKS.items() if key(task_name) == key(name)]
+    if not found:
+        raise choice_error("task", name, TASKS)
+    return found[0]
+
+
+register_family(TaskFamily(
+    glue.SENTENCE, "classification or regression of a sentence or a pair",
+    read=sentence.read, encode=sentence.encode, collate=glue.collate, build_head=sentence.plain_head,
+    decode=sentence.decode, score=sentence.score, write_predictions=sentence.write_predictions,
+    predictions_suffix="tsv"))
+register_family(TaskFamily(
+    span_qa.SPAN_QA, "span question answering: the answer is a span of the context",
+    read=span_qa.read, encode=span_qa.encode, collate=squad.collate_squad, build_head=span_qa.plain_head,
+    decode=span_qa.decode, score=span_qa.score, write_predictions=span_qa.write_predictions,
+    predictions_suffix="json"))
+for _task in (*glue.GLUE_TASKS.values(), *span_qa.SQUAD_TASKS):
+    register_task(_task)

@@ -1,0 +1,95 @@
+"""The span question-answering family: SQuAD v1.1 and v2.0 are its presets (Rajpurkar et al. 2016, 2018).
+
+The data side (reading, windows, decoding, the official scores) is `course_lib.tasks.squad`'s; here are the
+entries a run calls: read a split (the run's --train-file / --validation-file, else $SQUAD_DIR, else the hub),
+encode it into windows, the plain span head, decode each question's windows into one answer, score it, write
+the official predictions file.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from course_lib.model.heads import SpanHead
+from course_lib.tasks import squad
+
+SPAN_QA = "span_qa"
+
+
+@dataclass(frozen=True)
+class SquadTask:
+    """A SQuAD preset. Decoding follows BERT's SQuAD recipe: the best of `n_best` starts and ends, answers of
+    at most `max_answer_length` tokens; windows of `max_len` tokens unless the run sets another length."""
+
+    name: str  # squad | squad_v2
+    version: str  # v1.1 | v2.0
+    family: str = SPAN_QA
+    dev_splits: tuple[str, ...] = ("dev",)
+    num_labels: int = 2  # a start and an end score per token
+    is_regression: bool = False
+    max_len: int = 384
+    n_best: int = 20
+    max_answer_length: int = 30
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return ("exact_match", "f1")
+
+
+SQUAD_TASKS = (SquadTask("squad", "v1.1"), SquadTask("squad_v2", "v2.0"))
+
+
+def read(task: SquadTask, split: str, cfg) -> list[squad.QAExample]:
+    """The split's questions: the run's own file for it, else $SQUAD_DIR's official file, else the hub."""
+    files = {"train": cfg.train_file, "validation": cfg.validation_file}
+    return squad.load_squad(task.version, split, {k: v for k, v in files.items() if v} or None)
+
+
+def encode(examples: list[squad.QAExample], tokenizer, cfg, training: bool) -> list[dict]:
+    """Windows of the contexts; evaluation windows also hold their question (for decoding and scoring)."""
+    features = squad.encode_squad(examples, tokenizer, cfg.max_len, cfg.doc_stride, cfg.max_query_length,
+                                  training=training)
+    if not training:
+        by_id = {ex.id: ex for ex in examples}
+        for feature in features:
+            feature["example"] = by_id[feature["example_id"]]
+    return features
+
+
+def plain_head(cfg, encoder, num_labels: int, tokenizer) -> SpanHead:
+    return SpanHead(encoder, num_labels)
+
+
+def _questions(features: list[dict]) -> list[squad.QAExample]:
+    return list({f["example_id"]: f["example"] for f in features}.values())
+
+
+def decode(task: SquadTask, outputs: list[torch.Tensor], features: list[dict]) -> dict[str, dict]:
+    """Each question's answer over all its windows: {id: {"text", "score", "null_score_diff"}}."""
+    starts, ends = [row[:, 0] for row in outputs], [row[:, 1] for row in outputs]
+    return squad.decode_spans(starts, ends, features, _questions(features), task.n_best, task.max_answer_length)
+
+
+def score(task: SquadTask, predictions: dict[str, dict], features: list[dict]) -> tuple[dict, str | None]:
+    """The official scores on a 0-100 scale (v2.0: the no-answer threshold tuned on these questions), and a
+    line when every answer is the same text (e.g. all empty): a model that has learnt nothing."""
+    texts = {qid: p["text"] for qid, p in predictions.items()}
+    diffs = {qid: p["null_score_diff"] for qid, p in predictions.items()}
+    scores = squad.squad_scores(texts, _questions(features), task.version,
+                                diffs if squad.get_version(task.version).has_impossible else None)
+    distinct = set(texts.values())
+    problem = f"all {len(texts)} answers are {next(iter(distinct))!r}" if len(texts) > 1 and len(distinct) == 1 \
+        else None
+    return scores, problem
+
+
+def write_predictions(path: Path, task: SquadTask, predictions: dict[str, dict], scores: dict) -> None:
+    """The official layout {id: answer}; for v2.0 the answers after the no-answer threshold the scores chose
+    (`best_f1_thresh`), and the null-odds file beside it for the official script."""
+    if not squad.get_version(task.version).has_impossible:
+        squad.write_squad_predictions(path, {qid: p["text"] for qid, p in predictions.items()})
+        return
+    answers = squad.apply_null_threshold(predictions, scores["best_f1_thresh"])
+    squad.write_squad_predictions(path, answers, {qid: p["null_score_diff"] for qid, p in predictions.items()})

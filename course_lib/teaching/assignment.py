@@ -1,0 +1,293 @@
+"""Assignment mode (staff only): the student release generated from the reference code, and its autograder.
+
+    python -m course_lib.teaching.assignment build OUT_DIR                 the student copy, with assignment/manifest.json
+    python -m course_lib.teaching.assignment grade STUDENT_DIR --report report.json [--jobs 2] [--timeout 300]
+    python -m course_lib.teaching.assignment make-references               rewrite assignment_refs/references.safetensors
+    python -m course_lib.teaching.assignment manifest                      print the questions, points and checks
+
+Conventions. In the reference, each solution sits between a `### BEGIN SOLUTION` line and an
+`### END SOLUTION` line (indented like the code) inside a function whose docstring starts with the question
+id, e.g. `[q1a]`, followed by numbered hints and shapes. `build` copies the repository's files (git-tracked
+plus untracked-but-not-ignored, so runs/, .venv and caches stay out; no git history) and replaces every region
+with `raise NotImplementedError("q1a: <title>")`, keeping signature, docstring and hints. Question titles live
+in `public_checks.QUESTIONS`, points in the checks (`@check(question, points)`). Hidden checks live in
+tests/hidden/; they, this file and tests/test_assignment.py are not copied.
+
+`grade` runs each question in its own process, with the student copy as working directory and first on
+sys.path, but with the grader's own check code, reference outputs and hidden checks: a crash or an endless
+loop costs that question only, and an edited checks file in the student copy changes nothing.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from course_lib.teaching import check
+from course_lib.errors import UsageError
+
+ROOT = Path(__file__).resolve().parents[2]
+STAFF_ONLY = ("course_lib/teaching/assignment.py", "tests/hidden/", "tests/test_assignment.py")
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+QUESTION_ID = re.compile(r"\[(q\d+[a-z])\]")
+MANIFEST = "assignment/manifest.json"
+
+
+@dataclass(frozen=True)
+class Region:
+    path: str  # relative to the repository root
+    function: str  # qualified name, e.g. SSAClassifier.pool
+    question: str
+    begin: int  # 0-based line numbers of the two markers
+    end: int
+    indent: str
+
+
+def _functions(tree: ast.AST) -> list[tuple[str, ast.AST]]:
+    """(qualified name, node) of every function, methods as Class.method."""
+    found = []
+
+    def visit(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if not isinstance(child, ast.ClassDef):
+                    found.append((prefix + child.name, child))
+                visit(child, f"{prefix}{child.name}.")
+            else:
+                visit(child, prefix)
+    visit(tree, "")
+    return found
+
+
+def find_regions(path: str, text: str) -> list[Region]:
+    """The solution regions of one file, checked: paired markers, each inside a function with a `[qNx]` docstring."""
+    lines = text.splitlines()
+    marks = [(i, line.strip()) for i, line in enumerate(lines) if line.strip() in (BEGIN, END)]
+    if not marks:
+        return []
+    functions = _functions(ast.parse(text, filename=path))
+    regions = []
+    for k in range(0, len(marks), 2):
+        pair = marks[k:k + 2]
+        if [m for _, m in pair] != [BEGIN, END]:
+            raise UsageError(f"{path}:{pair[0][0] + 1}: {pair[0][1]!r} without its partner ({BEGIN!r} ... {END!r})")
+        (begin, _), (end, _) = pair
+        indent = lines[begin][: len(lines[begin]) - len(lines[begin].lstrip())]
+        body = [line for line in lines[begin + 1:end] if line.strip()]
+        if not lines[end].startswith(indent + END) or not all(line.startswith(indent) for line in body):
+            raise UsageError(f"{path}:{begin + 1}: the region's lines must be indented at least as its markers")
+        inside = [(name, node) for name, node in functions if node.body[0].end_lineno < begin + 1 < node.end_lineno]
+        if not inside:
+            raise UsageError(f"{path}:{begin + 1}: a solution region must sit in a function body, after its docstring")
+        name, node = inside[-1]  # the innermost
+        match = QUESTION_ID.match(ast.get_docstring(node) or "")
+        if not match:
+            raise UsageError(f"{path}:{begin + 1}: the docstring of {name} must start with a question id like [q1a]")
+        regions.append(Region(path, name, match.group(1), begin, end, indent))
+    return regions
+
+
+def student_source(text: str, regions: list[Region], titles: dict[str, str], keep=()) -> str:
+    """The file as students get it: each region becomes one raise, except questions in `keep` (solution, no
+    markers; the tests use it to restore a single answer)."""
+    lines = text.splitlines(keepends=True)
+    for r in sorted(regions, key=lambda r: r.begin, reverse=True):
+        if r.question in keep:
+            lines[r.begin:r.end + 1] = lines[r.begin + 1:r.end]
+        else:
+            lines[r.begin:r.end + 1] = [f'{r.indent}raise NotImplementedError("{r.question}: {titles[r.question]}")\n']
+    return "".join(lines)
+
+
+def repository_files() -> list[str]:
+    """Tracked and untracked-but-not-ignored files, sorted, minus the staff-only ones."""
+    try:
+        listing = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                                 cwd=ROOT, capture_output=True, check=True).stdout.decode()
+    except (OSError, subprocess.CalledProcessError) as err:
+        raise UsageError(f"the reference {ROOT} must be a git checkout (git ls-files failed: {err})") from None
+    paths = sorted({p for p in listing.split("\0") if p})
+    return [p for p in paths if (ROOT / p).is_file() and not p.startswith(STAFF_ONLY)]
+
+
+def all_regions() -> list[Region]:
+    return [r for path in repository_files() if path.endswith(".py")
+            for r in find_regions(path, (ROOT / path).read_text(encoding="utf-8"))]
+
+
+def manifest() -> dict:
+    """Questions in order: title, points, the functions students write and the checks that grade them."""
+    titles = check.load_checks(hidden=True)
+    regions = all_regions()
+    unknown = sorted(({r.question for r in regions} | {c.question for c in check.CHECKS}) - set(titles))
+    if unknown:
+        raise UsageError(f"question {unknown[0]!r} has a region or check but no title in public_checks.QUESTIONS")
+    questions = []
+    for qid, title in titles.items():
+        checks = [{"name": c.name, "points": c.points, "hidden": c.hidden} for c in check.CHECKS if c.question == qid]
+        functions = [f"{r.path}:{r.function}" for r in regions if r.question == qid]
+        if not functions or not any(not c["hidden"] for c in checks):
+            raise UsageError(f"question {qid} needs at least one solution region and one public check")
+        questions.append({"id": qid, "title": title, "points": sum(c["points"] for c in checks),
+                          "functions": list(dict.fromkeys(functions)), "checks": checks})
+    return {"assignment": "attention-lab", "total_points": sum(q["points"] for q in questions),
+            "check_command": "python -m course_lib.check QUESTION_ID (or all)", "questions": questions}
+
+
+def build(out_dir: str | os.PathLike) -> dict:
+    """Write the student copy into out_dir (new or empty); the same reference always gives the same bytes."""
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"OUT_DIR {str(out)!r} exists and is not an empty folder: give a new or empty one")
+    info = manifest()
+    titles = {q["id"]: q["title"] for q in info["questions"]}
+    by_file: dict[str, list[Region]] = {}
+    for r in all_regions():
+        by_file.setdefault(r.path, []).append(r)
+    for path in repository_files():
+        source = ROOT / path
+        data = source.read_bytes()
+        if path in by_file:
+            text = student_source(data.decode("utf-8"), by_file[path], titles)
+            ast.parse(text, filename=path)  # the stubs must still import
+            data = text.encode("utf-8")
+        if path.endswith(".py") and BEGIN.encode() in data:
+            raise UsageError(f"{path}: a solution marker survived the build")
+        target = out / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        target.chmod(0o755 if source.stat().st_mode & stat.S_IXUSR else 0o644)
+    (out / MANIFEST).parent.mkdir(parents=True, exist_ok=True)
+    (out / MANIFEST).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    return info
+
+
+def make_references(path: str | os.PathLike = check.REFERENCES) -> Path:
+    """Run every public check that has inputs on the reference code and store inputs and outputs."""
+    import torch
+    from safetensors.torch import save
+
+    from course_lib.repro import atomic_write
+
+    check.load_checks()
+    tensors = {}
+    for c in check.CHECKS:
+        if c.inputs is None or c.hidden:
+            continue
+        torch.manual_seed(0)
+        inputs = c.inputs(torch.Generator().manual_seed(0))
+        for part, values in (("in", inputs), ("out", c.fn(dict(inputs)))):
+            for name, value in values.items():
+                tensors[f"{c.question}/{c.name}/{part}/{name}"] = value.detach().contiguous().clone()
+    atomic_write(path, lambda f: f.write(save(tensors)))
+    os.chmod(path, 0o644)  # a plain committed data file (the temporary file was private)
+    check.references.cache_clear()
+    return Path(path)
+
+
+# Runs in a fresh interpreter, cwd = the student copy: its course_lib, the grader's check code.
+BOOTSTRAP = """
+import importlib.util, json, pathlib, sys
+grader, question, result = sys.argv[1:]
+import course_lib
+if pathlib.Path(course_lib.__file__).resolve().parents[1] != pathlib.Path.cwd().resolve():
+    sys.exit(f"imported course_lib from {course_lib.__file__}, not from the student copy")
+spec = importlib.util.spec_from_file_location("course_lib.teaching.check", grader + "/course_lib/teaching/check.py")
+check = importlib.util.module_from_spec(spec)
+sys.modules["course_lib.teaching.check"] = check
+spec.loader.exec_module(check)
+check.load_checks(hidden=True)
+pathlib.Path(result).write_text(json.dumps(check.run_question(question, hidden=True)))
+"""
+
+
+def grade_question(student: Path, question: dict, timeout: float) -> dict:
+    """One question's checks in a subprocess; a crash or timeout fails every check of this question only."""
+    env = {**os.environ, "PYTHONPATH": str(student), "PYTHONDONTWRITEBYTECODE": "1"}
+    env.setdefault("OMP_NUM_THREADS", "1")
+    with tempfile.TemporaryDirectory() as tmp:
+        result = Path(tmp) / "result.json"
+        try:
+            proc = subprocess.run([sys.executable, "-c", BOOTSTRAP, str(ROOT), question["id"], str(result)],
+                                  cwd=student, env=env, capture_output=True, text=True, timeout=timeout,
+                                  check=False)
+            tail = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+            error = None if proc.returncode == 0 and result.is_file() else f"the checks crashed: {tail}"
+        except subprocess.TimeoutExpired:
+            error = f"timed out after {timeout:g} s"
+        ran = {} if error else {r["name"]: r for r in json.loads(result.read_text())}
+    checks = []
+    for c in question["checks"]:  # the grader's list: a check that did not report is a failed check
+        r = ran.get(c["name"], {"passed": False, "error": error or "did not run"})
+        checks.append({**c, "passed": bool(r["passed"]), "error": r["error"]})
+    earned = sum(c["points"] for c in checks if c["passed"])
+    return {"id": question["id"], "title": question["title"], "points": earned, "max_points": question["points"],
+            "checks": checks, "error": error}
+
+
+def grade(student_dir: str | os.PathLike, report_path: str | os.PathLike, jobs: int = 2,
+          timeout: float = 300.0) -> dict:
+    """Grade a student copy with this reference's questions and checks; write the JSON report."""
+    from course_lib.repro import write_json
+
+    student = Path(student_dir).resolve()
+    if not (student / "course_lib" / "__init__.py").is_file():
+        raise UsageError(f"STUDENT_DIR {str(student_dir)!r} has no course_lib/__init__.py: "
+                         "give the root of a student copy")
+    if not check.HIDDEN.is_file():
+        raise UsageError(f"grading needs the hidden checks {check.HIDDEN}: run it from the reference checkout")
+    questions = manifest()["questions"]
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        results = list(pool.map(lambda q: grade_question(student, q, timeout), questions))
+    report = {"student_dir": str(student), "points": sum(r["points"] for r in results),
+              "max_points": sum(r["max_points"] for r in results), "questions": results}
+    write_json(report_path, report)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    from course_lib.errors import Parser, report_errors
+
+    parser = Parser(prog="python -m course_lib.teaching.assignment", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser, required=True)
+    commands.add_parser("build", help="write the student copy").add_argument("out_dir", metavar="OUT_DIR")
+    commands.add_parser("make-references", help="regenerate the public checks' reference outputs")
+    commands.add_parser("manifest", help="print the questions, points and checks as JSON")
+    grade_cmd = commands.add_parser("grade", help="grade a student copy, one process per question")
+    grade_cmd.add_argument("student_dir", metavar="STUDENT_DIR")
+    grade_cmd.add_argument("--report", required=True, help="where to write the JSON report")
+    grade_cmd.add_argument("--jobs", type=int, default=2, help="questions graded at the same time")
+    grade_cmd.add_argument("--timeout", type=float, default=300.0, help="seconds per question")
+
+    def body() -> int:
+        args = parser.parse_strict(argv)
+        if args.command == "build":
+            info = build(args.out_dir)
+            print(f"wrote the student copy to {args.out_dir}: {len(info['questions'])} questions, "
+                  f"{info['total_points']} points ({MANIFEST})")
+        elif args.command == "make-references":
+            print(f"wrote {make_references()}")
+        elif args.command == "manifest":
+            print(json.dumps(manifest(), indent=2))
+        else:
+            report = grade(args.student_dir, args.report, args.jobs, args.timeout)
+            for q in report["questions"]:
+                failed = [c for c in q["checks"] if not c["passed"]]
+                note = f"  first failure: {failed[0]['name']}: {failed[0]['error']}" if failed else ""
+                print(f"{q['id']}  {q['points']:>2}/{q['max_points']:<2} {q['title']}{note}")
+            print(f"total {report['points']}/{report['max_points']} (report: {args.report})")
+        return 0
+
+    return report_errors(body, "nothing was graded or written completely")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

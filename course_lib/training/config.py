@@ -1,0 +1,296 @@
+"""The run configurations (`FinetuneConfig`, `MultitaskConfig`, `PretrainConfig`), validated once, and what
+--help says about each field."""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import io
+import tokenize
+from dataclasses import dataclass
+
+from course_lib.errors import UsageError
+
+from course_lib.model.config import (MIXED_PRECISION, Validated, fraction, non_negative, optional_positive,
+                                     positive, unit_interval)
+
+NONFINITE_LOSS = ("stop", "skip")  # what a NaN or infinite loss does to the run
+SSA_LABEL_MODES = ("code", "paper")  # whose SSA token labels: the authors' code's or the paper's
+ASA_NOISE = ("none", "logistic")
+
+
+def _shared_run_checks(cfg) -> None:
+    """The checks of the fields a run config shares with the others (every field here exists on cfg)."""
+    from course_lib.errors import choice_error
+
+    if cfg.mixed_precision not in MIXED_PRECISION:
+        raise choice_error("mixed precision", cfg.mixed_precision, MIXED_PRECISION)
+    if cfg.on_nonfinite_loss not in NONFINITE_LOSS:
+        raise choice_error("on_nonfinite_loss", cfg.on_nonfinite_loss, NONFINITE_LOSS)
+
+
+@dataclass
+class TrainingRunConfig(Validated):
+    """What a fine-tuning run and a multitask run share: the pretrained model, the GLUE data, BERT's fine-tuning
+    recipe (Devlin et al. 2019, App. A.3), checkpoints and the SSA-Co options.
+
+    Not a command of its own: FinetuneConfig and MultitaskConfig add their task(s), their output folder and
+    their own options. A field means the same in both; in a multitask run it applies to each task.
+    """
+
+    model: str | None = None  # None: the packaged MiniLM; else a Hugging Face BERT folder or hub id
+    glue_dir: str | None = None  # None: $GLUE_DIR, else the nyu-mll/glue dataset when online
+    max_train_samples: int | None = None  # train on a seeded random subset of this many examples, per task (None: all)
+    max_eval_samples: int | None = None  # evaluate on a seeded random subset of each dev split (None: all)
+    epochs: int = 3  # passes over the training data
+    max_len: int | None = None  # tokens per example, [CLS] and [SEP] included; longer ones are cut (span QA:
+    #   windowed). None: the task's own, 128 for GLUE (384 for SQuAD)
+    batch_size: int = 32  # examples per optimiser step (the global batch, over all processes), of one task in multitask
+    eval_batch_size: int = 128  # examples per forward pass when evaluating
+    lr: float = 2e-5  # peak learning rate of AdamW
+    weight_decay: float = 0.01  # AdamW's decoupled weight decay; biases and LayerNorm are not decayed
+    warmup_ratio: float = 0.1  # share of the steps the learning rate rises linearly, then decays to 0
+    max_grad_norm: float = 1.0  # clip the gradient's global norm to this (0: no clipping)
+    classifier_dropout: float = 0.1  # dropout before the classifier head (each task's, in a multitask run)
+    bucket_by_length: bool = False  # batch examples of similar length together: less padding, faster on CPUs
+    seed: int = 0  # seeds the heads, dropout, subsets, batch order and a multitask run's task schedule
+    save_every: int = 0  # also checkpoint every N optimiser steps (0: end of each epoch only)
+    keep_checkpoint: bool = False  # keep checkpoint.pt (optimiser state too) after the run completes
+    mixed_precision: str = "no"  # accelerate's autocast; fp16 needs a CUDA GPU, bf16 also runs on CPUs
+    on_nonfinite_loss: str = "stop"  # stop: fail keeping the last good checkpoint; skip: drop that step
+    fast_kernels: bool = True  # swap the CPU kernels in (course_lib.fast.optimize): same function, faster;
+    #   dropout masks are drawn another way, so runs with and without differ by their draws
+    ssa_target_weight: float = 0.7  # SSA: alpha, loss = alpha L_target + (1 - alpha) L_SSA (Kou et al. 2020)
+    ssa_label_mode: str = "code"  # SSA: code = the authors' labels (default); paper = the paper's
+    ssa_share_weight: bool = True  # SSA: one token-head output layer for every position (False: per position)
+    ssa_first_epoch_loss: bool = True  # SSA, code labels: epoch 1 trains the token head on all-ones labels
+    #   (the authors' code); False leaves epoch 1 to the task loss, until probed labels exist
+    ssa_probe_bf16: bool = False  # SSA: probe under bfloat16 autocast (about 2x faster on CPUs with AVX512-BF16
+    #   or AMX, and on GPUs); a borderline prediction may then differ from the fp32 probe's
+
+    def validate(self) -> None:
+        from course_lib.errors import choice_error
+
+        positive(self, "epochs", "max_len", "batch_size", "eval_batch_size", "lr")
+        optional_positive(self, "max_train_samples", "max_eval_samples")
+        fraction(self, "warmup_ratio", "classifier_dropout")
+        non_negative(self, "weight_decay", "max_grad_norm", "save_every")
+        unit_interval(self, "ssa_target_weight")
+        _shared_run_checks(self)
+        if self.ssa_label_mode not in SSA_LABEL_MODES:
+            raise choice_error("ssa_label_mode", self.ssa_label_mode, SSA_LABEL_MODES)
+
+
+@dataclass
+class FinetuneConfig(TrainingRunConfig):
+    """One GLUE fine-tuning run. Defaults follow the BERT paper's recipe (Devlin et al. 2019, App. A.3)."""
+
+    task: str = "sst2"  # the task to fine-tune on: a preset of a task family (GLUE tasks are the sentence family)
+    train_file: str | None = None  # replaces the task preset's training data (span QA: a SQuAD JSON file)
+    validation_file: str | None = None  # replaces the preset's dev data (span QA: a SQuAD JSON file)
+    doc_stride: int = 128  # span QA: context tokens shared by consecutive windows over a long paragraph
+    max_query_length: int = 64  # span QA: question tokens kept; longer questions are cut
+    output_dir: str = "runs/finetune"  # checkpoints, weights and metrics.json; a rerun resumes from here
+    method: str = "vanilla"  # the attention method fine-tuned, a name in the method registry (vanilla: plain BERT)
+    sparsegen_lambda: float = -4.0  # ssaf: sparsegen-lin's lambda (Cui et al. 2019 use -4 on SST-2)
+    asa_tau: float = 0.3  # asa: keep-count penalty weight, applied as tau^2 (Wu et al. 2023, Table 5: 0.3)
+    asa_noise: str = "none"  # asa: none = the authors' deterministic step; logistic = binary Concrete sample
+    bernoulli_p: float = 0.1  # bernoulli-mask: probability of cutting each attention unit (paper: 0.05, 0.1)
+    ssa_cls_weight: float = 0.5  # ssa-hybrid: beta, the pooled [CLS] share of the SSA layer (paper Eq. 1)
+    ssa_threshold: float = 0.3  # ssa-hybrid: tokens with importance below this are left out of the pooling
+
+    def validate(self) -> None:
+        from course_lib.errors import choice_error
+        from course_lib.tasks.registry import get_task
+
+        task = get_task(self.task)
+        if self.max_len is None:
+            self.max_len = task.max_len
+        super().validate()
+        fraction(self, "bernoulli_p", "ssa_threshold")
+        non_negative(self, "asa_tau")
+        positive(self, "doc_stride", "max_query_length")
+        unit_interval(self, "ssa_cls_weight")
+        if not self.sparsegen_lambda < 1:
+            raise UsageError(f"FinetuneConfig.sparsegen_lambda must be < 1, got {self.sparsegen_lambda!r}")
+        if self.asa_noise not in ASA_NOISE:
+            raise choice_error("asa_noise", self.asa_noise, ASA_NOISE)
+
+
+
+
+@dataclass
+class PretrainConfig(Validated):
+    """One pre-training run from scratch: MLM, or MLM + AG (Deshpande & Narasimhan 2020).
+
+    The paper's recipe where it applies: lr 1e-4, no warmup, no weight decay, clipping at 1.0. The default
+    model is small enough for a few hundred steps in minutes on a CPU; with its 8 heads the code's
+    ag_head_types "0,1,1,4" guides 6 (lambda = 3/4 in the paper's grid; "0,1,1,2" is its chosen 1/2).
+    """
+
+    method: str = "mlm"  # mlm | ag
+    corpus: str | None = None  # a text file, one sentence or paragraph a line; None: see glue_dir
+    glue_dir: str | None = None  # without corpus: GLUE training sentences from here or $GLUE_DIR, else generated
+    output_dir: str = "runs/pretrain"  # checkpoints, the trained model folder and metrics.json; reruns resume
+    max_steps: int = 300  # optimiser steps of the run
+    max_len: int = 64  # tokens per block; lines are packed whole into blocks
+    batch_size: int = 32  # blocks per optimiser step
+    eval_blocks: int = 64  # held-out blocks scored every eval_every steps, with fixed masks
+    eval_every: int = 50  # also the checkpoint interval
+    log_every: int = 10  # train loss curve: mean over each window of this many steps
+    lr: float = 1e-4  # peak learning rate of AdamW
+    warmup_steps: int = 0  # steps the learning rate rises linearly, then decays linearly to 0
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay; biases and LayerNorm are not decayed
+    max_grad_norm: float = 1.0  # clip the gradient's global norm to this (0: no clipping)
+    mlm_probability: float = 0.15  # share of real tokens predicted: 80% [MASK], 10% random, 10% kept
+    num_layers: int = 4  # encoder layers of the new model
+    hidden_size: int = 128  # its width d
+    num_heads: int = 8  # its attention heads; must divide hidden_size
+    intermediate_size: int = 512  # its feed-forward width
+    hidden_dropout: float = 0.1  # dropout on embeddings and sub-layer outputs
+    attention_dropout: float = 0.1  # dropout on the attention probabilities
+    seed: int = 0  # seeds the initial weights, masks, held-out blocks and batch order
+    keep_checkpoint: bool = False  # keep checkpoint.pt (optimiser state too) after the run completes
+    mixed_precision: str = "no"  # accelerate's autocast; fp16 needs a CUDA GPU, bf16 also runs on CPUs
+    on_nonfinite_loss: str = "stop"  # stop: fail keeping the last good checkpoint; skip: drop that step
+    fast_kernels: bool = True  # swap the CPU kernels in (course_lib.fast.optimize): same function, faster;
+    #   dropout masks are drawn another way, so runs with and without differ by their draws
+    ag_scale: float = 10.0  # ag: alpha_0 (paper: 10 for 12/16 layers, 100 for 8; code default 10)
+    ag_plateau_steps: int = 0  # ag: steps at alpha_0 before the linear decay (the code: 20000)
+    ag_head_types: str = "0,1,1,4"  # ag: head counts for identity,next,prev,first[,delim,period], or names
+    ag_reduction: str = "mean"  # ag: mean (authors' code) | frobenius (paper)
+    ag_boundary: str = "uniform"  # ag: last [Next] / first [Prev] row uniform (paper) | zero (code)
+
+    def validate(self) -> None:
+        from course_lib.methods.ag import BOUNDARIES, REDUCTIONS, assign_heads
+        from course_lib.errors import choice_error
+
+        if self.method not in PRETRAIN_METHODS:
+            raise choice_error("pretraining method", self.method, PRETRAIN_METHODS)
+        positive(self, "max_steps", "max_len", "batch_size", "eval_blocks", "eval_every", "log_every", "lr",
+                  "num_layers", "hidden_size", "num_heads", "intermediate_size")
+        fraction(self, "hidden_dropout", "attention_dropout")
+        if not 0 < self.mlm_probability < 1:
+            raise UsageError(f"PretrainConfig.mlm_probability must be in (0, 1), got {self.mlm_probability!r}")
+        if self.max_len < 8:
+            raise UsageError(f"PretrainConfig.max_len must be at least 8, got {self.max_len!r}")
+        if self.hidden_size % self.num_heads:
+            raise UsageError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        non_negative(self, "warmup_steps", "weight_decay", "max_grad_norm", "ag_scale", "ag_plateau_steps")
+        _shared_run_checks(self)
+        if self.ag_reduction not in REDUCTIONS:
+            raise choice_error("ag_reduction", self.ag_reduction, REDUCTIONS)
+        if self.ag_boundary not in BOUNDARIES:
+            raise choice_error("ag_boundary", self.ag_boundary, BOUNDARIES)
+        assign_heads(self.ag_head_types, self.num_heads)
+
+
+PRETRAIN_METHODS = ("mlm", "ag")
+
+
+@dataclass
+class MultitaskConfig(TrainingRunConfig):
+    """One multitask run: a shared BERT, a head per GLUE task, a schedule across tasks, SSA-Co per task.
+
+    The CS224N default project's setup (sentiment, paraphrase, similarity) on any GLUE tasks; the schedules
+    are Stickland & Murray (2019)'s. The fields shared with FinetuneConfig (TrainingRunConfig's) mean the same
+    thing, per task.
+    """
+
+    tasks: str = "sst2,rte,stsb"  # comma list of GLUE tasks, one head each (e.g. sst2,qqp,stsb)
+    output_dir: str = "runs/multitask"  # checkpoints, weights and metrics.json; a rerun resumes from here
+    schedule: str = "proportional"  # which task each step trains: round_robin | proportional | annealed
+    schedule_alpha_end: float = 0.2  # annealed: sampling exponent of the last epoch (Stickland & Murray: 0.2)
+    ssa: str = "none"  # tasks trained with the SSA-Co token loss: none | all | a comma list of tasks
+
+    def task_names(self) -> list[str]:
+        """The tasks' registry names, in the order given ('SST-2' becomes 'sst2')."""
+        from course_lib.tasks.glue import get_task
+
+        return [get_task(name.strip()).name for name in self.tasks.split(",") if name.strip()]
+
+    def ssa_task_names(self) -> list[str]:
+        if self.ssa in ("none", "all"):
+            return [] if self.ssa == "none" else self.task_names()
+        from course_lib.tasks.glue import get_task
+
+        return [get_task(name.strip()).name for name in self.ssa.split(",")]
+
+    def validate(self) -> None:
+        from course_lib.errors import choice_error
+
+        names = self.task_names()
+        if not names or len(set(names)) < len(names):
+            raise UsageError(f"MultitaskConfig.tasks must name distinct GLUE tasks, got {self.tasks!r}")
+        for name in self.ssa.split(",") if self.ssa not in ("none", "all") else []:
+            if name.strip().lower().replace("-", "") not in names:
+                raise choice_error("SSA task", name, ["none", "all", *names])
+        if self.max_len is None:
+            from course_lib.tasks.glue import get_task
+
+            self.max_len = max(get_task(name).max_len for name in names)
+        super().validate()
+        unit_interval(self, "schedule_alpha_end")
+        if self.schedule not in MULTITASK_SCHEDULES:
+            raise choice_error("schedule", self.schedule, MULTITASK_SCHEDULES)
+
+
+MULTITASK_SCHEDULES = ("round_robin", "proportional", "annealed")
+
+
+# ----------------------------------------------------------------------------------------------
+# What --help says about each field
+
+
+@functools.cache
+def field_docs(cls) -> dict[str, str]:
+    """Each field's trailing `# ...` comment, with the `#   ...` lines that continue it, by field name.
+
+    The comments stay the one place a field is documented, beside its default; the CLI reads them for its
+    --help instead of keeping a second copy that would drift. Inherited fields (FinetuneConfig's from
+    TrainingRunConfig) are documented where they are declared; a subclass that declares a field again wins.
+    """
+    docs = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            docs.update(_declared_field_docs(klass))
+    return docs
+
+
+@functools.cache
+def _declared_field_docs(cls) -> dict[str, str]:
+    """field_docs of the fields declared in cls's own body."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):  # installed without its .py sources: options keep their defaults, no text
+        return {}
+    comments = {tok.start[0]: tok.string.lstrip("#").strip()
+                for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
+    lines = source.splitlines()
+    docs = {}
+    for node in ast.parse(source).body[0].body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            row = node.end_lineno  # 1-based, so lines[row] is the line below the field
+            parts = [comments.get(row, "")]
+            while row < len(lines) and lines[row].strip().startswith("#"):
+                parts.append(comments[row + 1])
+                row += 1
+            docs[node.target.id] = " ".join(p for p in parts if p)
+    return docs
+
+
+def field_choices(cls) -> dict[str, tuple[str, ...]]:
+    """The valid names of the fields that take one from a registry: validate() checks them, --help lists them."""
+    from course_lib.methods.ag import BOUNDARIES, REDUCTIONS
+    from course_lib.tasks.glue import GLUE_TASKS
+    from course_lib.tasks.registry import TASKS
+
+    per_class = {
+        FinetuneConfig: {"task": tuple(TASKS), "ssa_label_mode": SSA_LABEL_MODES,
+                         "asa_noise": ASA_NOISE},
+        MultitaskConfig: {"tasks": tuple(GLUE_TASKS), "ssa": ("none", "all", *GLUE_TASKS),
+                          "schedule": MULTITASK_SCHEDULES, "ssa_label_mode": SSA_LABEL_MODES},
+        PretrainConfig: {"method": PRETRAIN_METHODS, "ag_reduction": REDUCTIONS, "ag_boundary": BOUNDARIES},
+    }
+    return {"mixed_precision": MIXED_PRECISION, "on_nonfinite_loss": NONFINITE_LOSS, **per_class.get(cls, {})}

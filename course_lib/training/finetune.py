@@ -1,0 +1,280 @@
+"""Fine-tuning: the task model of each method, its training set per epoch, its loss and its evaluation.
+
+The task's family (`course_lib.tasks.registry`: GLUE's tasks are presets of the sentence family) reads, encodes,
+batches, decodes, scores and writes; the run's method (`course_lib.methods.registry`) changes the encoder, the
+task model and the epoch's training set.
+
+The recipe is BERT's (Devlin et al. 2019, App. A.3): AdamW with no weight decay on biases and LayerNorm,
+linear warmup then linear decay, gradient clipping. The run is a pure function of its config and seed:
+batch order comes from `glue.epoch_batches(seed, epoch)` and the dropout RNG is checkpointed, so a run
+killed at any step and started again with the same command ends with the same numbers.
+
+The loop that runs it (optimiser, schedule, guarded steps, checkpoints, resume) is `training.loop`; the output
+folder holds `checkpoint.pt` while the run goes, `metrics.json` (config, per-epoch history, final dev metrics),
+and at the end `model.safetensors` (the trained task model) and `<split>_predictions.<tsv|json>` per dev split.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from safetensors.torch import save as safetensors_save
+
+from course_lib.tasks import glue
+from course_lib.training.config import FinetuneConfig
+from course_lib.errors import UsageError
+from course_lib.model.heads import SequenceClassifier
+from course_lib.training.loop import Job, TrainingLoop, finished_run, open_run
+from course_lib.repro import METRICS, WEIGHTS
+from course_lib.methods.registry import EpochContext, get_method
+from course_lib.tasks.registry import get_family, get_task
+from course_lib.repro import atomic_write, progress, save_torch, seed_everything
+from course_lib.model.weights import check_runnable, load_pretrained
+
+
+def predictions_file(split: str, family) -> str:
+    """The file a finished run writes a dev split's predictions to, in the task family's layout."""
+    return f"{split}_predictions.{family.predictions_suffix}"
+
+
+def _to_device(batch: dict, device) -> dict:
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+@torch.no_grad()
+def predict(model: SequenceClassifier, features: list[dict], batch_size: int, accelerator: Accelerator,
+            pad_token_id: int, task):
+    """The task family's predictions for the features (sentence: class ids or scores, one per feature, in
+    order; span QA: an answer per question); batches are shared across processes, and the family decodes
+    the gathered outputs.
+
+    Batches hold similar lengths (longest first), so little compute goes to padding: SSA's probing, which runs
+    this over the training set every epoch, takes about half the time it does on batches in file order.
+    """
+    model.eval()
+    batches = glue.epoch_batches([len(f["input_ids"]) for f in features], batch_size, seed=0, epoch=0,
+                                 shuffle=False, bucket=True)
+    mine = batches[accelerator.process_index::accelerator.num_processes]
+    out, family = [], get_family(task.family)
+    for rows in progress(mine, desc="eval", leave=False):
+        batch = _to_device(family.collate([features[i] for i in rows], pad_token_id), accelerator.device)
+        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
+        out += list(zip(rows, logits.float().cpu()))  # one output row per feature
+    if accelerator.num_processes > 1:
+        out = [pair for part in accelerator.gather_object([out]) for pair in part]
+    ordered = [None] * len(features)
+    for i, row in out:
+        ordered[i] = row
+    return family.decode(task, ordered, features)
+
+
+def evaluate(model, task, dev_sets: dict[str, list[dict]], batch_size: int, accelerator: Accelerator,
+             pad_token_id: int = 0, degenerate: list[str] | None = None,
+             predictions: dict | None = None) -> dict[str, dict[str, float]]:
+    """Metrics per dev split, as the task's family scores them (GLUE's names: accuracy, f1, ...).
+
+    Degenerate predictions (all one class, or constant) score that class's share, which reads like a result;
+    they get a warning line in the log and, when `degenerate` is given, a line appended to it. When
+    `predictions` is given, each split's (predictions, metrics) are stored in it.
+    """
+    results, family = {}, get_family(task.family)
+    for split, features in dev_sets.items():
+        preds = predict(model, features, batch_size, accelerator, pad_token_id, task)
+        results[split], problem = family.score(task, preds, features)
+        if predictions is not None:
+            predictions[split] = (preds, results[split])
+        if problem is not None:
+            if accelerator.is_main_process:
+                print(f"warning: {task.name} {split}: {problem}", file=sys.stderr, flush=True)
+            if degenerate is not None:
+                degenerate.append(f"{task.name} {split}: {problem}")
+    return results
+
+
+def dev_entry(model, task, dev_sets: dict[str, list[dict]], batch_size: int, accelerator: Accelerator,
+              pad_token_id: int = 0, predictions: dict | None = None) -> dict:
+    """The dev part of an epoch's history entry, for finetune and multitask alike: `evaluate`'s metrics per
+    split, plus `warnings` (a line per degenerate split) only when there are some."""
+    degenerate: list[str] = []
+    metrics = evaluate(model, task, dev_sets, batch_size, accelerator, pad_token_id, degenerate, predictions)
+    return {**metrics, "warnings": degenerate} if degenerate else metrics
+
+
+def encoder_overrides(cfg: FinetuneConfig) -> dict:
+    """How the run's method changes the pretrained encoder's config (SSAF: the attention normaliser)."""
+    return get_method(cfg.method).encoder_overrides(cfg)
+
+
+def build_classifier(cfg: FinetuneConfig, encoder, num_labels: int, tokenizer) -> SequenceClassifier:
+    """The task model of the run's method: one whose training objective the method changes, or the task
+    family's plain head."""
+    build = get_method(cfg.method).build_model or get_family(get_task(cfg.task).family).build_head
+    return build(cfg, encoder, num_labels, tokenizer)
+
+
+def epoch_features(cfg: FinetuneConfig, epoch: int, train: list[dict], model, task, tokenizer,
+                   accelerator: Accelerator, out: Path) -> tuple[list[dict], dict]:
+    """The training set of one epoch: the method's `epoch_data` (SSA relabels it by probing the current model,
+    BERT-mask swaps in masked copies), cached in the output folder so a run resumed mid-epoch trains on the same
+    set; the encoded set itself for methods without one."""
+    hook = get_method(cfg.method).epoch_data
+    if hook is None:
+        return train, {}
+    cache = out / f"epoch{epoch + 1}_train.pt"
+    if not cache.exists():
+        started = time.perf_counter()
+
+        def probe(feats: list[dict]) -> list:
+            with torch.autocast(accelerator.device.type, torch.bfloat16) if cfg.ssa_probe_bf16 else nullcontext():
+                preds = predict(model, feats, cfg.eval_batch_size, accelerator, tokenizer.pad_token_id,
+                                task).tolist()
+            return preds if task.is_regression else [round(p) for p in preds]
+
+        context = EpochContext(epoch, task.is_regression, glue.special_token_ids(tokenizer), tokenizer.mask_token_id,
+                               probe)
+        features, stats = hook(cfg, train, context)
+        stats["label_seconds"] = round(time.perf_counter() - started, 2)
+        if accelerator.is_main_process:
+            save_torch(cache, {"features": features, "stats": stats})
+        accelerator.wait_for_everyone()
+    saved = torch.load(cache, weights_only=False)
+    return saved["features"], saved["stats"]
+
+
+def batch_loss(model, features: list[dict], pad_id: int, accelerator: Accelerator, family: str = glue.SENTENCE):
+    """The batch-mean training loss, with the batch's rows split across processes; returns (loss, stats).
+
+    Each process returns its rows' mean loss * n_p * P / N; averaging gradients across the P processes,
+    as DDP does, then gives exactly the single-process gradient of the batch mean, however the rows fall.
+    A process left without rows (a last batch smaller than P) runs one row with weight 0 so DDP can sync.
+    """
+    P, N = accelerator.num_processes, len(features)
+    mine = features[accelerator.process_index::P]
+    weight = len(mine) * P / N
+    if not mine:
+        mine, weight = features[:1], 0.0
+    batch = _to_device(get_family(family).collate(mine, pad_id), accelerator.device)
+    extra = {"token_labels": batch["token_labels"]} if "token_labels" in batch else {}
+    out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"], **extra)
+    return out.loss * weight, out.stats
+
+
+def _accumulate(totals: dict, stats: dict) -> None:
+    """Add a step's method statistics (numbers or per-layer lists) to the epoch's running sums."""
+    for key, value in stats.items():
+        totals[key] = (torch.tensor(totals[key], dtype=torch.float64) + torch.tensor(value, dtype=torch.float64)
+                       ).tolist() if key in totals else value
+
+
+def task_examples(cfg: FinetuneConfig, task) -> tuple[list, dict[str, list]]:
+    """(training examples, dev examples per split) as the task's family reads them, each capped by the
+    config's debug limits."""
+    read = get_family(task.family).read
+    train = glue.subsample(read(task, "train", cfg), cfg.max_train_samples, cfg.seed)
+    return train, {s: glue.subsample(read(task, s, cfg), cfg.max_eval_samples, cfg.seed) for s in task.dev_splits}
+
+
+class FinetuneJob(Job):
+    """Fine-tuning as the training loop sees it: each epoch a shuffled pass over the training set (relabelled
+    first by SSA, or partly masked by BERT-mask), the method's loss per batch, the dev metrics at its end."""
+
+    def __init__(self, cfg: FinetuneConfig, task, train: list[dict], dev: dict[str, list[dict]], tokenizer,
+                 out: Path):
+        self.cfg, self.task, self.train, self.dev, self.tokenizer, self.out = cfg, task, train, dev, tokenizer, out
+        self.segments, self.pad_id = cfg.epochs, tokenizer.pad_token_id
+        self.steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
+        self.epoch_train, self.epoch_stats = train, {}
+        self.predictions: dict[str, tuple] = {}  # the last evaluation's (predictions, metrics), per dev split
+
+    def plan(self, epoch: int) -> list:
+        loop = self.loop
+        self.epoch_train, self.epoch_stats = epoch_features(self.cfg, epoch, self.train, loop.model, self.task,
+                                                            self.tokenizer, loop.accelerator, self.out)
+        return glue.epoch_batches([len(f["input_ids"]) for f in self.epoch_train], self.cfg.batch_size, self.cfg.seed,
+                                  epoch, shuffle=True, bucket=self.cfg.bucket_by_length)
+
+    def loss(self, rows):
+        accelerator = self.loop.accelerator
+        loss, stats = batch_loss(self.loop.model, [self.epoch_train[i] for i in rows], self.pad_id, accelerator,
+                                 self.task.family)
+        value = accelerator.reduce(loss.detach().clone(), reduction="mean").item()  # the same on every process
+        return loss, value, {"loss": value, "stats": stats}
+
+    def record(self, record: dict) -> None:
+        state = self.loop.state
+        state["epoch_loss"] = state.get("epoch_loss", 0.0) + record["loss"]
+        _accumulate(state.setdefault("epoch_stats", {}), record["stats"])
+
+    def end_segment(self, epoch: int, state: dict) -> None:
+        scores = dev_entry(self.loop.model, self.task, self.dev, self.cfg.eval_batch_size, self.loop.accelerator,
+                           self.pad_id, self.predictions)
+        entry = {"epoch": epoch + 1, "train_loss": state.pop("epoch_loss", 0.0) / self.steps_per_epoch,
+                 **self.epoch_stats}
+        entry.update({k: (torch.tensor(v, dtype=torch.float64) / self.steps_per_epoch).tolist()
+                      for k, v in state.pop("epoch_stats", {}).items()})  # e.g. ASA's masking proportion per layer
+        state["history"].append({**entry, **scores})
+        self.loop.accelerator.print(f"epoch {epoch + 1}: " + ", ".join(
+            f"{s} {k} {v:.4f}" for s in self.task.dev_splits for k, v in scores[s].items()))
+
+    def summary(self, state: dict, status: str) -> dict:
+        result = {"config": self.cfg.to_dict(), "task": self.task.name, "status": status,
+                  "history": state["history"], "train_steps": state["global_step"],
+                  "skipped_steps": state.get("skipped_steps", 0), "train_examples": len(self.train),
+                  "timing": {"train_seconds": round(state["train_seconds"], 1)}}
+        if state["history"]:
+            result.update({k: v for k, v in state["history"][-1].items() if k.startswith("dev") or k == "warnings"})
+        result.setdefault("warnings", [])  # the last epoch's; [] when its predictions vary as they should
+        return result
+
+    def save_final(self) -> None:
+        atomic_write(self.out / WEIGHTS, lambda f: f.write(safetensors_save(self.loop.base.state_dict())))
+        family = get_family(self.task.family)
+        for split, (predictions, scores) in self.predictions.items():
+            family.write_predictions(self.out / predictions_file(split, family), self.task, predictions, scores)
+
+
+def finetune(cfg: FinetuneConfig) -> dict:
+    """Fine-tune, evaluate each epoch, checkpoint, resume; return the metrics.json content."""
+    out = Path(cfg.output_dir)
+    done = finished_run(out, cfg)
+    if done is not None:
+        return done  # the same command after completion costs nothing
+    task = get_task(cfg.task)
+    get_method(cfg.method).check_family(task.family)  # an unknown method, or one that does not apply to the task
+    check_runnable(cfg)  # fp16 without a GPU, sequences longer than the model's positions
+    accelerator = open_run(cfg, out)
+    seed_everything(cfg.seed)
+    train_examples, dev_examples = task_examples(cfg, task)
+    encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
+    model = build_classifier(cfg, encoder, task.num_labels, tokenizer)
+    encode = get_family(task.family).encode
+    train = encode(train_examples, tokenizer, cfg, training=True)
+    dev = {s: encode(ex, tokenizer, cfg, training=False) for s, ex in dev_examples.items()}
+    job = FinetuneJob(cfg, task, train, dev, tokenizer, out)
+    total_steps = job.steps_per_epoch * cfg.epochs
+    return TrainingLoop(cfg, out, accelerator, model, total_steps, round(cfg.warmup_ratio * total_steps)).run(job)
+
+
+def load_finetuned(output_dir) -> tuple[SequenceClassifier, object]:
+    """(task model in eval mode, tokenizer) of a run that `finetune` completed in output_dir.
+
+    Rebuilt from the config saved in metrics.json (model, method and its encoder overrides) and the trained
+    weights in model.safetensors, so notebooks can probe a fine-tuned model's attention after training.
+    """
+    from safetensors.torch import load_file
+
+    out = Path(output_dir)
+    if not (out / METRICS).is_file() or not (out / WEIGHTS).is_file():
+        raise UsageError(f"{out} holds no completed fine-tuning run ({METRICS} and {WEIGHTS}): run finetune "
+                         f"there first")
+    cfg = FinetuneConfig.from_dict(json.loads((out / METRICS).read_text())["config"])
+    encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
+    model = build_classifier(cfg, encoder, get_task(cfg.task).num_labels, tokenizer)
+    model.load_state_dict(load_file(out / WEIGHTS))
+    return model.eval(), tokenizer

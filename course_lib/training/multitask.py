@@ -1,0 +1,276 @@
+"""Multitask BERT: one encoder, a head per GLUE task, a schedule across tasks, SSA per task.
+
+The CS224N default project (minBERT) trains one BERT for sentiment (SST), paraphrase (Quora) and similarity
+(SemEval STS) at once; the CS224N report "Enhancing BERT with Self-Supervised Attention" adds an SSA loss to
+every task and scores a run by the mean of the three dev metrics (quoted in notebook 02).
+Here the tasks are any GLUE tasks of the registry in `glue.py` (sst2, mrpc or qqp, stsb; rte stands in for
+paraphrase where only SST-2, CoLA, RTE and STS-B are at hand), and SSA is SSA-Co of Kou et al. (2020), not the
+report's loosely described variant: per task, the token head of `course_lib.methods.ssa` learns which tokens the
+current model needs, from labels made by probing the model at the start of every epoch.
+
+Reuse is the design. Each task's model is the one `finetune` builds for it (SequenceClassifier, or
+SSAClassifier for an SSA task), all holding one encoder object; each task's epoch data comes from
+`finetune.epoch_features`; the optimiser, learning-rate schedule, guarded step, checkpoints and resume are
+the training loop's (`course_lib.training.loop`), as for finetune. A one-task run is therefore a finetune run,
+step for step (tests/test_multitask.py checks this).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import save as safetensors_save
+from torch import nn
+
+from course_lib.tasks import glue
+from course_lib.training.config import FinetuneConfig, MultitaskConfig
+from course_lib.errors import UsageError
+from course_lib.model.heads import ClassifierOutput, SequenceClassifier
+from course_lib.training.loop import Job, TrainingLoop, finished_run, open_run
+from course_lib.repro import METRICS, WEIGHTS, atomic_write, remove_stale_temporaries, seed_everything
+from course_lib.training.finetune import batch_loss, build_classifier, dev_entry, epoch_features, task_examples
+from course_lib.model.weights import check_runnable, load_pretrained
+
+_SCHEDULE_STREAM = 1  # keeps the schedule's random numbers apart from epoch_batches' (seed, epoch) stream
+
+
+# ----------------------------------------------------------------------------------------------
+# Which task each step trains
+
+
+def schedule_alpha(schedule: str, epoch: int, epochs: int, alpha_end: float = 0.2) -> float:
+    """The exponent α of task sampling, p_k ∝ N_k^α (Stickland & Murray 2019, "BERT and PALs", Sec. 4).
+
+    α = 0 is uniform (round robin), α = 1 proportional to dataset size. Annealed sampling lowers α linearly
+    from 1 in the first epoch to `alpha_end` in the last (theirs: α = 1 - 0.8 (e - 1)/(E - 1), alpha_end 0.2):
+    big tasks dominate early, and small tasks get more of the last epochs instead of being forgotten.
+    """
+    if schedule == "round_robin":
+        return 0.0
+    if schedule == "proportional" or epochs == 1:
+        return 1.0
+    return 1.0 - (1.0 - alpha_end) * epoch / (epochs - 1)
+
+
+def task_schedule(schedule: str, num_batches: list[int], seed: int, epoch: int, epochs: int,
+                  alpha_end: float = 0.2) -> list[int]:
+    """The task index of every step of one epoch; an epoch is as many steps as all tasks have batches, S.
+
+    round_robin cycles 0, 1, ..., K-1: equal steps per task, small tasks repeating their data. proportional
+    and annealed give task k the share N_k^α / Σ N^α of the S steps (N_k in batches; largest-remainder
+    rounding), in a random order. Taking the expected counts exactly, rather than drawing every step
+    independently as the paper does, keeps a short run's task mix free of sampling noise; with α = 1 every
+    batch of every task is trained exactly once an epoch. A pure function of (seed, epoch), for resume.
+    """
+    total, K = sum(num_batches), len(num_batches)
+    if schedule == "round_robin":
+        return [step % K for step in range(total)]
+    weights = np.asarray(num_batches, dtype=float) ** schedule_alpha(schedule, epoch, epochs, alpha_end)
+    quotas = total * weights / weights.sum()
+    counts = np.floor(quotas).astype(int)
+    counts[np.argsort(counts - quotas, kind="stable")[: total - counts.sum()]] += 1  # largest remainders
+    rng = np.random.default_rng([seed % 2**64, epoch, _SCHEDULE_STREAM])
+    return rng.permutation(np.repeat(np.arange(K), counts)).tolist()
+
+
+def epoch_plan(schedule: str, lengths: list[list[int]], batch_size: int, seed: int, epoch: int, epochs: int,
+               alpha_end: float = 0.2, bucket: bool = False) -> list[tuple[int, list[int]]]:
+    """The epoch's steps as (task index, rows of that task's epoch features).
+
+    Task k reads an endless stream of shuffled passes over its data (pass p batched by glue.epoch_batches with
+    seed + k and 'epoch' p), each epoch going on where the last one stopped; so with one task the batches are
+    exactly finetune's. An SSA task's features are relabelled every epoch: its rows index the current list.
+    """
+    sizes = [math.ceil(len(lens) / batch_size) for lens in lengths]
+    read = [0] * len(sizes)  # batches each task has read before this epoch
+    for past in range(epoch):
+        for k in task_schedule(schedule, sizes, seed, past, epochs, alpha_end):
+            read[k] += 1
+    passes, plan = {}, []
+    for k in task_schedule(schedule, sizes, seed, epoch, epochs, alpha_end):
+        p, j = divmod(read[k], sizes[k])
+        if (k, p) not in passes:
+            passes[k, p] = glue.epoch_batches(lengths[k], batch_size, seed + k, p, shuffle=True, bucket=bucket)
+        plan.append((k, passes[k, p][j]))
+        read[k] += 1
+    return plan
+
+
+# ----------------------------------------------------------------------------------------------
+# The model
+
+
+class MultitaskBert(nn.Module):
+    """One encoder, one task model per task (`heads[name]`: pooled [CLS] → dropout → linear, a regressor for
+    STS-B, plus the SSA token head for an SSA task). Every head holds the same encoder object, so a step on
+    any task moves the shared encoder; parameters() lists each tensor once, encoder first."""
+
+    def __init__(self, encoder: nn.Module, heads: dict[str, SequenceClassifier]):
+        super().__init__()
+        if any(head.encoder is not encoder for head in heads.values()):
+            raise ValueError("every task head must hold the shared encoder")
+        self.encoder = encoder
+        self.heads = nn.ModuleDict(heads)
+
+    def forward(self, task: str, input_ids, attention_mask=None, token_type_ids=None, **labels) -> ClassifierOutput:
+        return self.heads[task](input_ids, attention_mask, token_type_ids, **labels)
+
+    def unique_state_dict(self) -> dict[str, torch.Tensor]:
+        """The weights with each tensor once (safetensors refuses tensors that share memory): the heads'
+        references to the encoder are dropped, `encoder.*` keeps it."""
+        return {k: v for k, v in self.state_dict().items() if not (k.startswith("heads.") and ".encoder." in k)}
+
+
+def task_config(cfg: MultitaskConfig, name: str) -> FinetuneConfig:
+    """The single-task run of one task: the shared fields, method ssa-co for an SSA task, else vanilla."""
+    shared = {k: v for k, v in cfg.to_dict().items() if k in FinetuneConfig.__dataclass_fields__}
+    return FinetuneConfig(**{**shared, "task": name, "output_dir": str(Path(cfg.output_dir) / name),
+                             "method": "ssa-co" if name in cfg.ssa_task_names() else "vanilla"})
+
+
+def build_multitask(cfg: MultitaskConfig, encoder, tokenizer) -> MultitaskBert:
+    """Each task's head exactly as finetune builds it, in the order of cfg.tasks, on one encoder."""
+    return MultitaskBert(encoder, {name: build_classifier(task_config(cfg, name), encoder,
+                                                          glue.get_task(name).num_labels, tokenizer)
+                                   for name in cfg.task_names()})
+
+
+def overall_score(tasks: list[glue.GlueTask], dev: dict[str, dict]) -> float:
+    """Mean over tasks of each one's primary metric on its first dev split (SST accuracy, paraphrase accuracy,
+    STS Pearson: the report's "Overall")."""
+    return float(np.mean([dev[t.name][t.dev_splits[0]][t.metrics[0]] for t in tasks]))
+
+
+# ----------------------------------------------------------------------------------------------
+# Training
+
+
+class MultitaskJob(Job):
+    """Multitask training as the loop sees it: each epoch every task's (relabelled) training set, interleaved by
+    the task schedule, one task per batch; at its end each task's dev metrics and the overall score."""
+
+    def __init__(self, cfg: MultitaskConfig, tasks: list[glue.GlueTask], train: dict, dev: dict, tokenizer,
+                 out: Path):
+        self.cfg, self.tasks, self.train, self.dev, self.tokenizer, self.out = cfg, tasks, train, dev, tokenizer, out
+        self.views = {t.name: task_config(cfg, t.name) for t in tasks}
+        self.segments, self.pad_id = cfg.epochs, tokenizer.pad_token_id
+        self.steps_per_epoch = sum(math.ceil(len(train[t.name]) / cfg.batch_size) for t in tasks)
+        self.epoch_train, self.epoch_stats = {}, {}
+
+    def plan(self, epoch: int) -> list:
+        loop, cfg = self.loop, self.cfg
+        with loop.accelerator.autocast():  # heads are called directly, past the prepared model's autocast wrapper
+            for t in self.tasks:
+                self.epoch_train[t.name], self.epoch_stats[t.name] = epoch_features(
+                    self.views[t.name], epoch, self.train[t.name], loop.base.heads[t.name], t, self.tokenizer,
+                    loop.accelerator, self.out / t.name)
+        return epoch_plan(cfg.schedule, [[len(f["input_ids"]) for f in self.epoch_train[t.name]] for t in self.tasks],
+                          cfg.batch_size, cfg.seed, epoch, cfg.epochs, cfg.schedule_alpha_end, cfg.bucket_by_length)
+
+    def loss(self, item):
+        name, rows = self.tasks[item[0]].name, item[1]
+        with self.loop.accelerator.autocast():
+            loss, stats = batch_loss(self.loop.base.heads[name], [self.epoch_train[name][i] for i in rows],
+                                     self.pad_id, self.loop.accelerator)
+        totals = self.loop.state.setdefault("epoch_totals", {}).setdefault(name, {"steps": 0, "loss": 0.0})
+        totals["steps"] += 1  # skipped steps count too: the task's share of the epoch
+        value = loss.item()
+        return loss, value, {"task": name, "loss": value, "stats": stats}
+
+    def record(self, record: dict) -> None:
+        totals = self.loop.state["epoch_totals"][record["task"]]
+        totals["loss"] += record["loss"]
+        for key, value in record["stats"].items():
+            totals[key] = totals.get(key, 0.0) + value
+
+    def where(self, segment: int, index: int, item) -> str:
+        return f"epoch {segment + 1}, step {index + 1} ({self.tasks[item[0]].name})"
+
+    def postfix(self, item, value: float) -> dict:
+        return {"task": self.tasks[item[0]].name, "loss": f"{value:.4f}"}
+
+    def end_segment(self, epoch: int, state: dict) -> None:
+        per_task, epoch_loss = {}, 0.0
+        for t in self.tasks:
+            totals = state.setdefault("epoch_totals", {}).pop(t.name, {"steps": 0, "loss": 0.0})
+            n = totals.pop("steps")
+            epoch_loss += totals["loss"]
+            with self.loop.accelerator.autocast():
+                metrics = dev_entry(self.loop.base.heads[t.name], t, self.dev[t.name], self.cfg.eval_batch_size,
+                                    self.loop.accelerator, self.pad_id)
+            per_task[t.name] = {"steps": n, "train_loss": totals.pop("loss") / n if n else None,
+                                **self.epoch_stats[t.name], **{key: v / n for key, v in totals.items()},
+                                **metrics}  # e.g. ssa_loss
+        cfg = self.cfg
+        state["history"].append({"epoch": epoch + 1, "train_loss": epoch_loss / self.steps_per_epoch,
+                                 "schedule_alpha": schedule_alpha(cfg.schedule, epoch, cfg.epochs,
+                                                                  cfg.schedule_alpha_end),
+                                 "tasks": per_task, "overall": overall_score(self.tasks, per_task)})
+        self.loop.accelerator.print(f"epoch {epoch + 1}: overall {state['history'][-1]['overall']:.4f}; " + ", ".join(
+            f"{t.name} {t.metrics[0]} {per_task[t.name][t.dev_splits[0]][t.metrics[0]]:.4f}" for t in self.tasks))
+
+    def summary(self, state: dict, status: str) -> dict:
+        result = {"config": self.cfg.to_dict(), "tasks": [t.name for t in self.tasks], "status": status,
+                  "history": state["history"], "train_steps": state["global_step"],
+                  "skipped_steps": state["skipped_steps"], "train_examples": {k: len(v) for k, v in self.train.items()},
+                  "timing": {"train_seconds": round(state["train_seconds"], 1)}, "warnings": []}
+        if state["history"]:
+            last = state["history"][-1]
+            result.update(dev={k: {s: m for s, m in v.items() if s.startswith("dev")}
+                               for k, v in last["tasks"].items()}, overall=last["overall"],
+                          warnings=[w for v in last["tasks"].values() for w in v.get("warnings", [])])
+        return result
+
+    def save_final(self) -> None:
+        atomic_write(self.out / WEIGHTS, lambda f: f.write(safetensors_save(self.loop.base.unique_state_dict())))
+
+
+def train_multitask(cfg: MultitaskConfig) -> dict:
+    """Train all tasks on one encoder, evaluate each on its dev split every epoch, checkpoint, resume;
+    return the metrics.json content (per task and epoch, plus `overall`)."""
+    out = Path(cfg.output_dir)
+    done = finished_run(out, cfg)
+    if done is not None:
+        return done  # the same command after completion costs nothing
+    check_runnable(cfg)  # fp16 without a GPU, sequences longer than the model's positions
+    accelerator = open_run(cfg, out, "multitask")
+    seed_everything(cfg.seed)
+    tasks = [glue.get_task(name) for name in cfg.task_names()]
+    encoder, tokenizer = load_pretrained(cfg.model)
+    model = build_multitask(cfg, encoder, tokenizer)
+    train, dev = {}, {}
+    for t in tasks:
+        examples, dev_examples = task_examples(task_config(cfg, t.name), t)
+        train[t.name] = glue.encode(examples, tokenizer, cfg.max_len)
+        dev[t.name] = {s: glue.encode(ex, tokenizer, cfg.max_len) for s, ex in dev_examples.items()}
+    for folder in (out / t.name for t in tasks if (out / t.name).is_dir()):  # task folders hold SSA's caches
+        remove_stale_temporaries(folder)
+    job = MultitaskJob(cfg, tasks, train, dev, tokenizer, out)
+    total_steps = job.steps_per_epoch * cfg.epochs
+    return TrainingLoop(cfg, out, accelerator, model, total_steps, round(cfg.warmup_ratio * total_steps)).run(job)
+
+
+def load_multitask(output_dir) -> tuple[MultitaskBert, object]:
+    """(MultitaskBert in eval mode, tokenizer) of a run that `train_multitask` completed in output_dir.
+
+    Rebuilt from the config saved in metrics.json and the weights in model.safetensors, so a notebook can look
+    at the shared encoder's attention and each task's SSA token scores after training. The file holds each
+    tensor once (`unique_state_dict`): the heads' references to the encoder are filled by `encoder.*`.
+    """
+    from safetensors.torch import load_file
+
+    out = Path(output_dir)
+    if not (out / METRICS).is_file() or not (out / WEIGHTS).is_file():
+        raise UsageError(f"{out} holds no completed multitask run ({METRICS} and {WEIGHTS}): run train_multitask "
+                         f"there first")
+    cfg = MultitaskConfig.from_dict(json.loads((out / METRICS).read_text())["config"])
+    encoder, tokenizer = load_pretrained(cfg.model)
+    model = build_multitask(cfg, encoder, tokenizer)
+    missing, unexpected = model.load_state_dict(load_file(out / WEIGHTS), strict=False)
+    if unexpected or any(not (k.startswith("heads.") and ".encoder." in k) for k in missing):
+        raise UsageError(f"{out / WEIGHTS} does not match its config: missing {missing[:3]}, "
+                         f"unexpected {unexpected[:3]}")
+    return model.eval(), tokenizer

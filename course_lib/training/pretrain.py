@@ -1,0 +1,406 @@
+"""Pre-training a small BERT from scratch with masked language modelling, optionally guided by AG.
+
+`method="mlm"` minimises BERT's MLM loss (Devlin et al. 2019, Sec. 3.1); `method="ag"` adds alpha_t · L_AG,
+attention guidance (Deshpande & Narasimhan, Findings of EMNLP 2020; see `course_lib.methods.ag`). The paper's claim
+to check is that the guided model's MLM loss falls faster; both methods log the same curves for that.
+
+Data: lines of text (a file, the GLUE training sentences, or a generated corpus) are tokenised with the
+packaged MiniLM's uncased WordPiece and packed whole into blocks `[CLS] line [SEP] line [SEP] ...` of at most
+`max_len` tokens, close to the contiguous blocks the authors trained on. A fixed set of blocks is held out and
+scored with fixed masks, so held-out losses of runs with any seed or method compare directly.
+
+The run is a pure function of its config: batch order comes from `glue.epoch_batches(seed, epoch)`, each
+step's masks from a generator seeded with (seed, step), and the dropout RNG is checkpointed, so the same
+command after a kill resumes and ends with the same numbers.
+
+The loop that runs it is `course_lib.training.loop`. Output directory, every file written atomically: `checkpoint.pt`
+while running, `metrics.json` (config, corpus,
+loss curves, final numbers), and at the end a Hugging Face BertForMaskedLM folder (config.json,
+model.safetensors, tokenizer files) that `load_pretrained` and `finetune --model` read.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save as safetensors_save
+from torch import nn
+
+from course_lib.tasks import glue
+from course_lib.methods.ag import AttentionGuidance, ag_scale_at
+from course_lib.model.bert import BertModel
+from course_lib.model.config import BertConfig, check_mixed_precision
+from course_lib.training.config import PretrainConfig
+from course_lib.errors import UsageError
+from course_lib.training.loop import Job, TrainingLoop, finished_run, open_run
+from course_lib.repro import WEIGHTS, atomic_write, seed_everything, write_json
+from course_lib.model.weights import default_model_dir, ours_to_hf
+
+TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+IGNORE = -100  # label of the positions that are not predicted
+HELD_OUT_SEED = 20200  # the held-out blocks and their masks do not depend on the run's seed
+
+
+# ----------------------------------------------------------------------------------------------
+# Corpus
+
+
+_WORDS = {
+    "subject": ["the cat", "the dog", "a child", "my friend", "the teacher", "the old man", "a young woman",
+                "the farmer", "the doctor", "our neighbour", "the students", "her brother"],
+    "verb": ["sees", "likes", "follows", "helps", "finds", "calls", "visits", "watches", "paints", "remembers"],
+    "object": ["the ball", "a small house", "the red car", "the river", "an old book", "the garden", "a letter",
+               "the market", "a bright star", "the blue door"],
+    "place": ["in the morning", "after school", "near the station", "at night", "in the park", "on sunday",
+              "before dinner", "by the sea"],
+    "adjective": ["happy", "tired", "quiet", "late", "kind", "busy", "hungry", "brave"],
+}
+_NUMBERS = "one two three four five six seven eight nine ten eleven twelve".split()
+
+
+def generated_corpus(num_lines: int = 20000) -> list[str]:
+    """Templated English, the same on every machine: the fallback when there is no file and no GLUE data.
+
+    Its regularities (fixed phrases, counting sequences, clause structure, periods) are what the AG patterns
+    and an MLM can pick up within a few hundred steps.
+    """
+    rng = random.Random(0)
+    pick = {k: (lambda words=v: rng.choice(words)) for k, v in _WORDS.items()}
+
+    def sentence() -> str:
+        kind = rng.randrange(5)
+        if kind == 0:
+            return f"{pick['subject']()} {pick['verb']()} {pick['object']()} {pick['place']()} ."
+        if kind == 1:
+            return f"{pick['subject']()} is {pick['adjective']()} {pick['place']()} ."
+        if kind == 2:
+            start = rng.randrange(len(_NUMBERS) - 3)
+            count = " ".join(_NUMBERS[start:start + rng.randint(3, len(_NUMBERS) - start)])
+            return f"{pick['subject']()} counts {count} ."
+        if kind == 3:
+            return (f"if {pick['subject']()} {pick['verb']()} {pick['object']()} , "
+                    f"{pick['subject']()} is {pick['adjective']()} .")
+        return f"{pick['subject']()} {pick['verb']()} {pick['subject']()} and {pick['object']()} ."
+
+    return [" ".join(sentence() for _ in range(rng.randint(1, 3))) for _ in range(num_lines)]
+
+
+def load_corpus(cfg: PretrainConfig) -> tuple[list[str], dict]:
+    """(lines, description): `corpus` if given, else the GLUE training sentences found, else generated."""
+    if cfg.corpus is not None:
+        path = Path(cfg.corpus).expanduser()
+        if not path.is_file():
+            raise UsageError(f"corpus {cfg.corpus!r} is not a file (a text file, one sentence or paragraph a line)")
+        try:
+            lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except UnicodeDecodeError:
+            raise UsageError(f"corpus {str(path)!r} is not UTF-8 text") from None
+        if not lines:
+            raise UsageError(f"corpus {str(path)!r} has no text lines")
+        return lines, {"source": "file", "path": str(path)}
+    glue_dir = cfg.glue_dir if cfg.glue_dir is not None else os.environ.get("GLUE_DIR") or None
+    if glue_dir is not None:
+        folder = Path(glue_dir).expanduser()
+        if not folder.is_dir():
+            raise UsageError(f"GLUE folder {glue_dir!r} does not exist or is not a folder")
+        tasks = [t for t in glue.GLUE_TASKS.values() if (folder / t.folder / "train.tsv").is_file()]
+        if not tasks:
+            raise UsageError(f"GLUE folder {glue_dir!r} has no training set (looked for "
+                             f"{', '.join(t.folder + '/train.tsv' for t in glue.GLUE_TASKS.values())})")
+        texts = (text for t in tasks for ex in glue.load_split(t, "train", folder) for text in ex.texts)
+        lines = list(dict.fromkeys(text.strip() for text in texts if text.strip()))  # SST-2 repeats phrases
+        return lines, {"source": "glue", "path": str(folder), "tasks": [t.name for t in tasks]}
+    return generated_corpus(), {"source": "generated"}
+
+
+def pack_blocks(lines: list[str], tokenizer, max_len: int, chunk_size: int = 4096) -> list[list[int]]:
+    """Token ids packed whole-line into blocks `[CLS] a [SEP] b [SEP] ...` of at most max_len (a longer line
+    is cut), so there is little padding and attention sees sentence boundaries, as in contiguous text."""
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    blocks, current = [], [cls]
+    for start in range(0, len(lines), chunk_size):
+        ids = tokenizer(lines[start:start + chunk_size], add_special_tokens=False, truncation=True,
+                        max_length=max_len - 2)["input_ids"]
+        for tokens in ids:
+            if not tokens:
+                continue
+            if len(current) + len(tokens) + 1 > max_len:
+                blocks.append(current)
+                current = [cls]
+            current += tokens + [sep]
+    if len(current) > 1:
+        blocks.append(current)
+    return blocks
+
+
+def pad_blocks(blocks: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask), both (B, L), padded to the batch's longest block."""
+    B, L = len(blocks), max(map(len, blocks))
+    input_ids = torch.full((B, L), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((B, L), dtype=torch.long)
+    for b, block in enumerate(blocks):
+        input_ids[b, :len(block)] = torch.tensor(block)
+        attention_mask[b, :len(block)] = 1
+    return input_ids, attention_mask
+
+
+def step_generator(*key: int) -> torch.Generator:
+    """A CPU generator seeded from a tuple of ints: masks that depend on (seed, step) only, on every device."""
+    return torch.Generator().manual_seed(int(np.random.SeedSequence(list(key)).generate_state(1)[0]))
+
+
+def mask_tokens(input_ids: torch.Tensor, special_ids: list[int], mask_token_id: int, vocab_size: int,
+                mlm_probability: float, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's corruption (Devlin et al. 2019, Sec. 3.1): (inputs, labels), both (B, L).
+
+    mlm_probability of the tokens are chosen, never special ones or padding; of those 80% become [MASK],
+    10% a random token and 10% stay as they are. Labels hold the original id where chosen, IGNORE elsewhere.
+    """
+    special = torch.isin(input_ids, torch.tensor(special_ids))
+    chosen = (torch.rand(input_ids.shape, generator=generator) < mlm_probability) & ~special
+    kind = torch.rand(input_ids.shape, generator=generator)
+    random_ids = torch.randint(vocab_size, input_ids.shape, generator=generator)
+    inputs = torch.where(chosen & (kind < 0.8), mask_token_id, input_ids)
+    inputs = torch.where(chosen & (kind >= 0.8) & (kind < 0.9), random_ids, inputs)
+    return inputs, torch.where(chosen, input_ids, IGNORE)
+
+
+# ----------------------------------------------------------------------------------------------
+# Model
+
+
+@dataclass
+class MaskedLMOutput:
+    loss_sum: torch.Tensor  # summed cross-entropy over the predicted positions
+    count: int  # number of predicted positions
+    attentions: tuple[torch.Tensor, ...] | None  # per layer (B, H, L, L), when requested
+
+    @property
+    def loss(self) -> torch.Tensor:
+        return self.loss_sum / max(1, self.count)
+
+
+class BertForMaskedLM(nn.Module):
+    """Our BertModel plus BERT's MLM head: dense + GELU + LayerNorm, then a decoder tied to the word
+    embeddings with its own bias (Devlin et al. 2019; Hugging Face's BertLMPredictionHead)."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.bert = BertModel(cfg)
+        self.transform = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self.transform.apply(BertModel._init_weights)
+
+    def forward(self, input_ids, attention_mask, labels, output_attentions: bool = False) -> MaskedLMOutput:
+        out = self.bert(input_ids, attention_mask, output_attentions=output_attentions)
+        chosen = labels != IGNORE  # the decoder runs on these positions only: (N,) of B·L
+        h = self.norm(F.gelu(self.transform(out.last_hidden_state[chosen])))  # (N, d)
+        logits = h @ self.bert.embeddings.word.weight.T + self.bias  # (N, V)
+        loss_sum = F.cross_entropy(logits.float(), labels[chosen], reduction="sum")
+        return MaskedLMOutput(loss_sum, int(chosen.sum()), out.attentions)
+
+    def hf_state_dict(self) -> dict[str, torch.Tensor]:
+        """Tensors under Hugging Face BertForMaskedLM names (the tied decoder weight is the embedding)."""
+        cfg = self.bert.config
+        state = {f"bert.{k}": v for k, v in ours_to_hf(self.bert.state_dict(), cfg.num_hidden_layers).items()}
+        state.update({"cls.predictions.transform.dense.weight": self.transform.weight,
+                      "cls.predictions.transform.dense.bias": self.transform.bias,
+                      "cls.predictions.transform.LayerNorm.weight": self.norm.weight,
+                      "cls.predictions.transform.LayerNorm.bias": self.norm.bias,
+                      "cls.predictions.bias": self.bias})
+        return {k: v.detach().cpu().contiguous().clone() for k, v in state.items()}  # no shared storage
+
+
+def export_model(model: BertForMaskedLM, out: Path) -> None:
+    """Write a Hugging Face BertForMaskedLM folder with the packaged tokenizer, readable by load_pretrained."""
+    cfg = model.bert.config
+    write_json(out / "config.json", {**cfg.to_dict(), "model_type": "bert", "architectures": ["BertForMaskedLM"],
+                                     "tie_word_embeddings": True})
+    atomic_write(out / WEIGHTS, lambda f: f.write(safetensors_save(model.hf_state_dict())))
+    source = default_model_dir()
+    for name in TOKENIZER_FILES:
+        if (source / name).is_file():
+            data = (source / name).read_bytes()
+            atomic_write(out / name, lambda f, data=data: f.write(data))
+
+
+# ----------------------------------------------------------------------------------------------
+# Training
+
+
+@torch.no_grad()
+def evaluate(model: BertForMaskedLM, blocks: list[list[int]], batch_size: int, pad_id: int, masking: dict,
+             guidance: AttentionGuidance, device) -> dict:
+    """Held-out MLM loss (mean over all predicted tokens) and L_AG (mean over batches), with fixed masks.
+
+    L_AG is scored for MLM runs too: how far unguided heads are from the patterns is half of the comparison.
+    """
+    model.eval()
+    loss_sum, count, ag_sum, batches = 0.0, 0, 0.0, 0
+    for start in range(0, len(blocks), batch_size):
+        input_ids, attention_mask = pad_blocks(blocks[start:start + batch_size], pad_id)
+        inputs, labels = mask_tokens(input_ids, generator=step_generator(HELD_OUT_SEED, start), **masking)
+        inputs, attention_mask, labels = inputs.to(device), attention_mask.to(device), labels.to(device)
+        out = model(inputs, attention_mask, labels, output_attentions=True)
+        loss_sum += out.loss_sum.item()
+        count += out.count
+        ag_sum += guidance.loss(out.attentions, inputs, attention_mask).item()
+        batches += 1
+    model.train()
+    return {"mlm_loss": loss_sum / max(1, count), "ag_loss": ag_sum / batches}
+
+
+
+def build_mlm_model(cfg: PretrainConfig, tokenizer) -> tuple["BertForMaskedLM", AttentionGuidance]:
+    """A fresh BERT with an MLM head shaped by the config, and the attention guidance its AG run would use."""
+    bert_cfg = BertConfig(vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
+                          num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
+                          hidden_dropout_prob=cfg.hidden_dropout, attention_probs_dropout_prob=cfg.attention_dropout,
+                          max_position_embeddings=cfg.max_len, pad_token_id=tokenizer.pad_token_id)
+    model = BertForMaskedLM(bert_cfg)  # first: its initialisation draws from the seeded generator
+    guidance = AttentionGuidance(cfg.num_heads, cfg.ag_head_types, cfg.ag_reduction, cfg.ag_boundary,
+                                 delimiter_ids=(tokenizer.cls_token_id, tokenizer.sep_token_id),
+                                 period_ids=tokenizer.convert_tokens_to_ids(["."]))
+    return model, guidance
+
+
+class PretrainJob(Job):
+    """Pre-training as the training loop sees it: a segment is `eval_every` steps, each a batch of blocks with
+    fresh masks; the loss curve is logged every `log_every` steps and the held-out blocks scored at each end."""
+
+    hint = "try a lower --lr or --ag-scale"
+
+    def __init__(self, cfg: PretrainConfig, train_set: list, eval_set: list, tokenizer, guidance: AttentionGuidance,
+                 corpus: dict, out: Path):
+        self.cfg, self.train_set, self.eval_set, self.out = cfg, train_set, eval_set, out
+        self.tokenizer, self.guidance, self.corpus, self.guided = tokenizer, guidance, corpus, cfg.method == "ag"
+        self.masking = {"special_ids": tokenizer.all_special_ids, "mask_token_id": tokenizer.mask_token_id,
+                        "vocab_size": len(tokenizer), "mlm_probability": cfg.mlm_probability}
+        self.segments = math.ceil(cfg.max_steps / cfg.eval_every)
+        self.steps_per_epoch = math.ceil(len(train_set) / cfg.batch_size)
+        self.lengths, self.batches, self.batches_epoch = [len(b) for b in train_set], None, -1
+
+    def begin(self, loop) -> None:
+        super().begin(loop)
+        for key, empty in (("train_curve", []), ("eval_curve", []), ("window", {}), ("eval_seconds", 0.0)):
+            loop.state.setdefault(key, empty)
+        if not loop.state["eval_curve"]:
+            self.score_held_out()  # step 0: the untrained model, ln(vocab) or so
+
+    def check_resume(self, checkpoint: dict) -> None:
+        if checkpoint["corpus"] != self.corpus:
+            saved, now = checkpoint["corpus"], self.corpus
+            raise UsageError(f"{self.out} was trained on another corpus ({saved['source']}, {saved['lines']} lines; "
+                             f"now {now['source']}, {now['lines']} lines): use another --output-dir or the same corpus")
+
+    def plan(self, segment: int) -> list:
+        every = self.cfg.eval_every
+        return list(range(segment * every, min((segment + 1) * every, self.cfg.max_steps)))
+
+    def loss(self, step: int):
+        cfg, device = self.cfg, self.loop.accelerator.device
+        epoch, index = divmod(step, self.steps_per_epoch)
+        if epoch != self.batches_epoch:
+            self.batches, self.batches_epoch = glue.epoch_batches(self.lengths, cfg.batch_size, cfg.seed, epoch), epoch
+        input_ids, attention_mask = pad_blocks([self.train_set[i] for i in self.batches[index]],
+                                               self.tokenizer.pad_token_id)
+        inputs, labels = mask_tokens(input_ids, generator=step_generator(cfg.seed, step), **self.masking)
+        inputs, attention_mask, labels = inputs.to(device), attention_mask.to(device), labels.to(device)
+        output = self.loop.model(inputs, attention_mask, labels, output_attentions=self.guided)
+        record, loss = {"mlm": output.loss}, output.loss
+        if self.guided:
+            alpha = ag_scale_at(step, cfg.max_steps, cfg.ag_scale, cfg.ag_plateau_steps)
+            record.update(ag=self.guidance.loss(output.attentions, inputs, attention_mask), alpha=alpha)
+            loss = output.loss + alpha * record["ag"]
+        return loss, loss.item(), record
+
+    def record(self, record: dict) -> None:
+        window = self.loop.state["window"]
+        window["steps"] = window.get("steps", 0) + 1
+        window["mlm"] = window.get("mlm", 0.0) + record["mlm"].item()
+        if self.guided:
+            window["ag"] = window.get("ag", 0.0) + record["ag"].item()
+            window["alpha"] = record["alpha"]
+
+    def after_step(self, state: dict) -> None:
+        """The training curve: the mean loss over each window of log_every steps, and the lr at its end."""
+        if state["global_step"] % self.cfg.log_every and state["global_step"] != self.cfg.max_steps:
+            return
+        window = state["window"]
+        if window.get("steps"):
+            entry = {"step": state["global_step"], "mlm_loss": window["mlm"] / window["steps"],
+                     "lr": self.loop.scheduler.get_last_lr()[0]}
+            if self.guided:
+                entry.update(ag_loss=window["ag"] / window["steps"], ag_alpha=window["alpha"])
+            state["train_curve"].append(entry)
+        state["window"] = {}
+
+    def end_segment(self, segment: int, state: dict) -> None:
+        self.score_held_out()
+
+    def score_held_out(self) -> None:
+        state, started = self.loop.state, time.perf_counter()
+        state["eval_curve"].append({"step": state["global_step"], **evaluate(
+            self.loop.base, self.eval_set, self.cfg.batch_size, self.tokenizer.pad_token_id, self.masking,
+            self.guidance, self.loop.accelerator.device)})
+        state["eval_seconds"] += time.perf_counter() - started
+
+    def where(self, segment: int, index: int, item) -> str:
+        return f"step {segment * self.cfg.eval_every + index + 1}"
+
+    def describe(self, segment: int) -> str:
+        return f"pretrain {self.cfg.method} {segment + 1}/{self.segments}"
+
+    def position(self, state: dict) -> str:
+        return f"step {state['global_step']}"
+
+    def summary(self, state: dict, status: str) -> dict:
+        train, held_out = state["train_curve"], state["eval_curve"]
+        final = {"train_mlm_loss": train[-1]["mlm_loss"] if train else None,
+                 "eval_mlm_loss": held_out[-1]["mlm_loss"] if held_out else None,
+                 "eval_ag_loss": held_out[-1]["ag_loss"] if held_out else None}
+        return {"config": self.cfg.to_dict(), "corpus": self.corpus, "status": status, "method": self.cfg.method,
+                "train_steps": state["global_step"], "skipped_steps": state["skipped_steps"],
+                "parameters": sum(p.numel() for p in self.loop.base.parameters()),
+                "train_curve": train, "eval_curve": held_out, "final": final,
+                "timing": {"train_seconds": round(state["train_seconds"], 1),
+                           "eval_seconds": round(state["eval_seconds"], 1)}}
+
+    def save_final(self) -> None:
+        export_model(self.loop.base, self.out)
+
+
+def pretrain(cfg: PretrainConfig) -> dict:
+    """Pre-train, score the held-out blocks every eval_every steps, checkpoint, resume; return metrics.json."""
+    from transformers import BertTokenizerFast
+
+    out = Path(cfg.output_dir)
+    done = finished_run(out, cfg)
+    if done is not None:
+        return done  # the same command after completion costs nothing
+    check_mixed_precision(cfg.mixed_precision)  # fp16 without a GPU
+    accelerator = open_run(cfg, out, "pretrain")
+    tokenizer = BertTokenizerFast.from_pretrained(str(default_model_dir()))
+    lines, corpus = load_corpus(cfg)
+    blocks = pack_blocks(lines, tokenizer, cfg.max_len)
+    if len(blocks) <= cfg.eval_blocks:
+        raise UsageError(f"the corpus packs into {len(blocks)} blocks of {cfg.max_len} tokens, not more than "
+                         f"eval_blocks={cfg.eval_blocks}: give a larger corpus or a smaller --eval-blocks")
+    held_out = set(np.random.default_rng(HELD_OUT_SEED).permutation(len(blocks))[:cfg.eval_blocks].tolist())
+    eval_set = [b for i, b in enumerate(blocks) if i in held_out]
+    train_set = [b for i, b in enumerate(blocks) if i not in held_out]
+    corpus.update(lines=len(lines), train_blocks=len(train_set), eval_blocks=len(eval_set),
+                  train_tokens=sum(map(len, train_set)))
+    seed_everything(cfg.seed)
+    model, guidance = build_mlm_model(cfg, tokenizer)
+    job = PretrainJob(cfg, train_set, eval_set, tokenizer, guidance, corpus, out)
+    loop = TrainingLoop(cfg, out, accelerator, model, cfg.max_steps, cfg.warmup_steps, {"corpus": corpus})
+    return loop.run(job)

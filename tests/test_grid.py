@@ -1,0 +1,136 @@
+"""Notebook plumbing: configs built from a notebook's parameters (`Validated.from_params`), and grids of runs in
+one process (`course_lib.experiments.grid`): their folders are named as the sweep names its runs, a variant adds runs
+for the methods it names, each run keeps only its own method's options, and a finished run is read back."""
+import json
+
+import pytest
+import yaml
+
+from course_lib.errors import UsageError
+from course_lib.experiments import grid, sweep
+from course_lib.experiments.grid import RunKey, Variant, dev_rows, plan_grid, run_grid
+from course_lib.experiments.notebooks import Notebook, load_preset
+from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
+
+CONFIG_OF = {"00_bert_from_scratch": FinetuneConfig, "01_kou2020_ssa": FinetuneConfig,
+             "02_multitask_bert_ssa": MultitaskConfig, "03_cui2019_sparse_attention": FinetuneConfig,
+             "04_deshpande2020_attention_guidance": PretrainConfig,
+             "05_wu2023_adversarial_self_attention": FinetuneConfig}
+
+
+def test_from_params_takes_the_fields_reads_the_cells_conventions_and_lets_overrides_win(tmp_path):
+    name = "02_multitask_bert_ssa"
+    nb = Notebook(name, {})
+    p = nb.parameters({**load_preset(name, "smoke"), "output_dir": str(tmp_path)})  # what a config cell gets
+    cfg = MultitaskConfig.from_params(p, ssa="sst2", lr=1)
+    assert cfg.model is None  # model = "": the packaged model
+    assert cfg.tasks == "sst2,rte,stsb"  # a list of tasks: the field's comma list
+    assert (cfg.ssa, cfg.lr, cfg.epochs, cfg.output_dir) == ("sst2", 1.0, p.epochs, str(tmp_path))
+    assert not hasattr(cfg, "seeds") and not hasattr(cfg, "preset")  # the notebook's own parameters stay out
+    assert PretrainConfig.from_params({"corpus": "", "max_steps": 5, "seeds": [0]}).corpus is None
+    with pytest.raises(UsageError, match=r"unknown MultitaskConfig option 'methods'"):
+        MultitaskConfig.from_params(p, methods=["vanilla"])
+    with pytest.raises(UsageError, match=r"MultitaskConfig.epochs must be int"):
+        MultitaskConfig.from_params({**vars(p), "epochs": "2"})
+
+
+@pytest.mark.parametrize("name", sorted(CONFIG_OF))
+@pytest.mark.parametrize("preset", ["smoke", "cpu", "paper"])
+def test_every_notebook_preset_builds_its_config(name, preset):
+    cfg = CONFIG_OF[name].from_params(load_preset(name, preset))
+    assert cfg.output_dir == load_preset(name, preset)["output_dir"]
+
+
+def test_grid_folders_are_named_as_the_sweep_names_its_runs(tmp_path):
+    base = FinetuneConfig.from_params({"epochs": 1, "ssa_label_mode": "code", "sparsegen_lambda": -2.0})
+    runs = plan_grid(base, tmp_path, tasks=["sst2", "rte"], methods=["vanilla", "ssaf"], seeds=[0, 1])
+    grid_file = tmp_path / "grid.yaml"
+    grid_file.write_text(yaml.safe_dump({"command": "finetune", "base": {"epochs": 1, "sparsegen_lambda": -2.0},
+                                         "grid": {"task": ["sst2", "rte"], "method": ["vanilla", "ssaf"],
+                                                  "seed": [0, 1]}}, sort_keys=False))
+    swept = sweep.load_grid(grid_file, tmp_path)
+    assert sorted(r.name for r in runs) == [r.name for r in swept]
+    assert "task=sst2,method=vanilla,seed=0" in [r.name for r in runs]
+    for run in runs:
+        assert run.config.output_dir == str(tmp_path / run.name)
+        assert run.key == (run.config.task, run.config.method, run.config.seed, "")
+
+
+def test_a_variant_adds_runs_for_its_methods_and_each_run_keeps_only_its_own_options(tmp_path):
+    base = FinetuneConfig.from_params({"ssa_label_mode": "code", "ssa_threshold": 0.5, "asa_tau": 0.1,
+                                       "output_dir": str(tmp_path)})
+    runs = plan_grid(base, methods=["vanilla", "ssa-co", "ssa-hybrid"], seeds=[3],
+                     variants=[Variant("paper labels", {"ssa_label_mode": "paper"}, methods=("ssa-co",))],
+                     task_overrides={"sst2": {"ssa_share_weight": False}, "rte": {"epochs": 9}})
+    by_key = {run.key: run for run in runs}
+    assert list(by_key) == [("sst2", m, 3, "") for m in ("vanilla", "ssa-co", "ssa-hybrid")] + \
+        [("sst2", "ssa-co", 3, "paper labels")]
+    variant = by_key["sst2", "ssa-co", 3, "paper labels"]
+    assert variant.name == "task=sst2,method=ssa-co,ssa_label_mode=paper,seed=3"
+    assert variant.key.name == "ssa-co, paper labels" and variant.config.ssa_label_mode == "paper"
+    vanilla, hybrid = by_key["sst2", "vanilla", 3, ""].config, by_key["sst2", "ssa-hybrid", 3, ""].config
+    defaults = FinetuneConfig()
+    assert (vanilla.ssa_threshold, vanilla.asa_tau, vanilla.ssa_share_weight) == \
+        (defaults.ssa_threshold, defaults.asa_tau, True)  # options of other methods: their defaults
+    assert (hybrid.ssa_threshold, hybrid.ssa_share_weight, hybrid.asa_tau) == (0.5, False, defaults.asa_tau)
+    assert by_key["sst2", "ssa-co", 3, ""].config.ssa_threshold == defaults.ssa_threshold  # ssa-co never reads it
+
+
+def test_multitask_and_pretraining_grids_name_what_their_configs_have(tmp_path):
+    multitask = MultitaskConfig.from_params({"tasks": ["sst2", "stsb"], "output_dir": str(tmp_path)})
+    runs = plan_grid(multitask, seeds=[0, 1], label="SSA off",
+                     variants=[Variant("SSA on", {"ssa": "all", "ssa_label_mode": "paper"})])
+    assert [r.name for r in runs] == ["seed=0", "seed=1", "ssa=all,ssa_label_mode=paper,seed=0",
+                                      "ssa=all,ssa_label_mode=paper,seed=1"]
+    assert [r.key.name for r in runs] == ["SSA off", "SSA off", "SSA on", "SSA on"]
+    assert runs[0].key == RunKey(None, None, 0, "SSA off")
+    pretraining = plan_grid(PretrainConfig(output_dir=str(tmp_path)), methods=["mlm", "ag"])
+    assert [(r.name, r.key.name) for r in pretraining] == [("method=mlm,seed=0", "mlm"), ("method=ag,seed=0", "ag")]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"tasks": ["sst2"]}, "cannot cross tasks: the config has no 'task'"),
+    ({"variants": [Variant("x", {"seed": 1})]}, "variant 'x' sets 'seed', which the grid sets for each run"),
+    ({"variants": [Variant("x", {"shedule": "x"})]},
+     "grid run shedule=x,seed=0: unknown MultitaskConfig option 'shedule'"),
+    ({"variants": [Variant("x", {"ssa": "all"}), Variant("x", {"ssa": "sst2"})]}, "share the folder or key"),
+    ({"seeds": 0}, "the grid's seeds must be a non-empty list"),
+])
+def test_a_bad_grid_is_one_line_before_any_run(kwargs, message, tmp_path):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+        plan_grid(MultitaskConfig(tasks="sst2", output_dir=str(tmp_path)), **kwargs)
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_grid_runs_resumes_and_reads_finished_runs_back(tiny_model_dir, keyword_glue, tmp_path, monkeypatch):
+    base = FinetuneConfig(model=str(tiny_model_dir), glue_dir=str(keyword_glue), max_train_samples=32,
+                          max_eval_samples=16, epochs=1, max_len=32, batch_size=16, lr=1e-3,
+                          output_dir=str(tmp_path))
+    contrast = [Variant("paper labels", {"ssa_label_mode": "paper"}, methods=("ssa-co",))]
+    results = run_grid(base, methods=["vanilla", "ssa-co"], variants=contrast)
+    assert list(results) == [("sst2", "vanilla", 0, ""), ("sst2", "ssa-co", 0, ""),
+                             ("sst2", "ssa-co", 0, "paper labels")]
+    folder = tmp_path / "task=sst2,method=ssa-co,ssa_label_mode=paper,seed=0"
+    saved = json.loads((folder / "metrics.json").read_text())
+    assert saved == results["sst2", "ssa-co", 0, "paper labels"] and saved["config"]["output_dir"] == str(folder)
+    stamps = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("metrics.json")}
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished run was trained again")
+    monkeypatch.setattr("course_lib.training.finetune.TrainingLoop", no_training)
+    assert run_grid(base, methods=["vanilla", "ssa-co"], variants=contrast) == results
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("metrics.json")} == stamps
+
+    rows = dev_rows(results)
+    assert [(r["run"], r["task"], r["metric"]) for r in rows] == [
+        ("vanilla", "sst2", "accuracy"), ("ssa-co", "sst2", "accuracy"), ("ssa-co, paper labels", "sst2", "accuracy")]
+    assert rows[0]["dev score"] == results["sst2", "vanilla", 0, ""]["dev"]["accuracy"]
+
+
+def test_dev_rows_of_a_multitask_run_give_each_task_and_overall():
+    result = {"overall": 0.5, "dev": {"sst2": {"dev": {"accuracy": 0.75}}, "stsb": {"dev": {"pearson": 0.25}}}}
+    rows = dev_rows({RunKey(None, None, 1, "SSA off"): result})
+    assert [(r["run"], r["task"], r["metric"], r["seed"], r["dev score"]) for r in rows] == [
+        ("SSA off", "sst2", "accuracy", 1, 0.75), ("SSA off", "stsb", "pearson", 1, 0.25),
+        ("SSA off", "Overall", "overall", 1, 0.5)]
+    assert grid.RUNNERS[MultitaskConfig].__name__ == "train_multitask"

@@ -1,0 +1,129 @@
+"""The import contract of `course_lib`: layers import downwards only, and no modules import each other in a circle.
+
+The layers, lowest first (STRUCTURE.md explains each). A module may import its own layer and the ones below it.
+Function-local imports count too: a late import hides a dependency from the reader, it does not remove it.
+"""
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = (
+    {"errors", "repro"},  # the shared base: one-line errors, seeding, atomic writes, progress bars
+    {"model"},  # plain PyTorch BERT
+    {"fast"},  # CPU kernels swapped into a model
+    {"tasks"},
+    {"methods"},
+    {"training"},
+    {"experiments"},
+    {"bench"},
+    {"teaching"},
+    {"cli", "__main__", "check", "collect", "notebooks", "sweep"},  # the command-line names
+)
+
+
+def module_name(path: Path, package_dir: Path) -> str:
+    parts = path.relative_to(package_dir.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(package_dir: Path) -> dict[str, set[str]]:
+    """Each module of the package -> the package's modules it imports (`from a import b`: a.b if that is a module)."""
+    files = {module_name(p, package_dir): p for p in package_dir.rglob("*.py")}
+    graph = {}
+    for name, path in files.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in files else node.module
+                            for a in node.names}
+        graph[name] = {t for t in targets if t in files and t != name}
+    return graph
+
+
+def layer(module: str) -> int:
+    """The layer index of a module, by its first name below the package; a name in no layer is an error."""
+    parts = module.split(".")
+    if len(parts) == 1:  # the package's __init__, which imports lazily from anywhere: the top
+        return len(LAYERS) - 1
+    for index, names in enumerate(LAYERS):
+        if parts[1] in names:
+            return index
+    raise AssertionError(f"{module} belongs to no layer: add `{parts[1]}` to LAYERS in {Path(__file__).name} "
+                         f"and to STRUCTURE.md")
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{source} -> {target}" for source, targets in graph.items() for target in targets
+                  if layer(target) > layer(source))
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan's algorithm, iterative over nodes)."""
+    index, low, on_stack, stack, found = {}, {}, set(), [], []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_layers_import_downwards_only():
+    assert not upward_imports(import_graph(ROOT / "course_lib"))
+
+
+def test_no_import_cycles():
+    assert not cycles(import_graph(ROOT / "course_lib"))
+
+
+def test_the_contract_catches_an_upward_import_and_a_cycle(tmp_path):
+    copy = tmp_path / "course_lib"
+    shutil.copytree(ROOT / "course_lib", copy, ignore=shutil.ignore_patterns("__pycache__", "assignment_refs"))
+    bert = copy / "model" / "bert.py"
+    bert.write_text(bert.read_text() + "\n\ndef _late():\n    from course_lib.training.loop import TrainingLoop\n")
+    metrics = copy / "tasks" / "metrics.py"
+    metrics.write_text(metrics.read_text() + "\nfrom course_lib.tasks import glue\n")
+    glue = copy / "tasks" / "glue.py"
+    glue.write_text(glue.read_text() + "\nimport course_lib.tasks.metrics\n")
+    graph = import_graph(copy)
+    assert upward_imports(graph) == ["course_lib.model.bert -> course_lib.training.loop"]
+    assert ["course_lib.tasks.glue", "course_lib.tasks.metrics"] in cycles(graph)
+
+
+def test_a_module_outside_every_layer_is_named(tmp_path):
+    copy = tmp_path / "course_lib"
+    copy.mkdir()
+    (copy / "__init__.py").write_text("")
+    (copy / "helpers.py").write_text("from course_lib import errors\n")
+    (copy / "errors.py").write_text("")
+    try:
+        upward_imports(import_graph(copy))
+    except AssertionError as err:
+        assert "course_lib.helpers belongs to no layer" in str(err)
+    else:
+        raise AssertionError("a module in no layer was accepted")
