@@ -20,6 +20,7 @@ from course_lib.model.weights import load_pretrained, resolve_model_dir
 def _models(model_name):
     import transformers
 
+    transformers.utils.logging.set_verbosity_error()  # the head's missing weights are expected
     transformers.utils.logging.disable_progress_bar()
     ours = SpanHead(optimize(load_pretrained(model_name)[0]))
     plain = SpanHead(load_pretrained(model_name)[0])

@@ -49,6 +49,7 @@ def build_reference(cfg, encoder, num_labels: int, tokenizer) -> HFSpanModel:
     """Hugging Face's model from the same checkpoint; its qa_outputs take our head's seeded initial weights."""
     import transformers
 
+    transformers.utils.logging.set_verbosity_error()  # the head's missing weights are expected
     ours = SpanHead(encoder, num_labels)  # draws the head's initial weights exactly as our run does
     hf = transformers.BertForQuestionAnswering.from_pretrained(str(resolve_model_dir(cfg.model)))
     hf.qa_outputs.load_state_dict(ours.qa_outputs.state_dict())
@@ -96,9 +97,10 @@ def squad_reference(squad_file: str | os.PathLike, output_dir: str | os.PathLike
     questions = subsample(squad.read_squad(files[1]), budget.eval_questions, budget.seed)  # the runs' own
     baseline = squad.squad_scores(squad.first_sentence_baseline(questions), questions, "v1.1")
     ours, hf = runs["vanilla"]["dev"], runs[REFERENCE]["dev"]
-    return {"protocol": f"train: first {budget.train_articles} articles of {Path(squad_file).name} "
-                        f"({runs['vanilla']['train_examples']} questions), evaluate: the other articles "
-                        f"({len(questions)} questions)",
+    trained = len(subsample(squad.read_squad(files[0]), budget.train_questions, budget.seed))
+    return {"protocol": f"train: {trained} questions of the first {budget.train_articles} articles of "
+                        f"{Path(squad_file).name} ({runs['vanilla']['train_examples']} windows), evaluate: "
+                        f"the other articles ({len(questions)} questions)",
             "budget": dataclasses.asdict(budget), "ours": ours, "hf": hf, "baseline": baseline,
             "difference": {k: round(ours[k] - hf[k], 2) for k in ("exact_match", "f1")},
             "train_seconds": {n: r["timing"]["train_seconds"] for n, r in runs.items()}}
