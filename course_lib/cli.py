@@ -118,7 +118,7 @@ def _train(command: str, cfg) -> dict:
         from course_lib.training.finetune import finetune
 
         result = finetune(cfg)
-        return {k: v for k, v in result.items() if k.startswith("dev")}
+        return {k: v for k, v in result.items() if k.startswith(("dev", "test"))}
     if command == "pretrain":
         from course_lib.training.pretrain import pretrain
 

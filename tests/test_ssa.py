@@ -165,7 +165,7 @@ def test_bf16_probe_runs_only_the_probes_in_bfloat16(tiny_model_dir, keyword_glu
     for bf16 in (False, True):
         cfg = FinetuneConfig(model=str(tiny_model_dir), method="ssa-co", max_len=32, ssa_probe_bf16=bf16)
         encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
-        model = build_classifier(cfg, encoder, 2, tokenizer)
+        model = build_classifier(cfg, encoder, task, tokenizer)
         train = glue.encode(glue.load_split(task, "train", str(keyword_glue)), tokenizer, cfg.max_len)
         own = predict(model, train, 64, Accelerator(cpu=True), tokenizer.pad_token_id, task).long().tolist()
         train = [{**f, "label": y} for f, y in zip(train, own)]  # gold = the model's own class: every one is probed

@@ -310,7 +310,7 @@ def _finetune_contestants(model_name, lines: list[str], batch_size: int, seq_len
         cfg = FinetuneConfig(method=method, model=model_name, max_len=seq_len, batch_size=batch_size)
         seed_everything(cfg.seed)
         encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
-        model = build_classifier(cfg, encoder, 2, tokenizer)
+        model = build_classifier(cfg, encoder, glue.get_task(cfg.task), tokenizer)
         if fast_kernels:  # as the training loop does
             optimize(model)
         optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=0.0, fused=True)

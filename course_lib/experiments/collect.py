@@ -36,7 +36,7 @@ DEFAULTS = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
 def _dev_metrics(result: dict) -> dict[str, float]:
     """{'dev accuracy': 0.84, ...}: each dev split's metrics, as '<split> <metric>'."""
     return {f"{split} {name}": value for split, values in result.items()
-            if split.startswith("dev") and isinstance(values, dict) for name, value in values.items()}
+            if split.startswith(("dev", "test")) and isinstance(values, dict) for name, value in values.items()}
 
 
 def collect(runs_dir: str | Path) -> list[dict]:

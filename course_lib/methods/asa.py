@@ -19,10 +19,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_lib.model.attention import at_least_fp32
-from course_lib.model.heads import ClassifierOutput, SequenceClassifier, SpanHead
+from course_lib.model.heads import (ClassifierOutput, MultipleChoiceHead, SequenceClassifier, SpanHead,
+                                    TokenClassifier)
 from course_lib.tasks.glue import SENTENCE
-from course_lib.tasks.registry import get_task
+from course_lib.tasks.registry import run_task
+from course_lib.tasks.multiple_choice import MULTIPLE_CHOICE
 from course_lib.tasks.span_qa import SPAN_QA
+from course_lib.tasks.tagging import TAGGING
 
 ADVERSARIAL_MASK = -1e4  # logit offset on cut units, as in the authors' code
 
@@ -149,20 +152,25 @@ class AdversarialSelfAttention:
             return ((1.0 - keep) * ADVERSARIAL_MASK)[:, None]  # (B, 1, L, L)
         return bias
 
+    def encoder_mask(self, attention_mask):
+        """The padding mask as the encoder sees it (a multiple-choice head flattens its choices)."""
+        return attention_mask
+
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> ClassifierOutput:
         clean = super().forward(input_ids, attention_mask, token_type_ids, labels)
         if not self.training or labels is None:
             return clean  # inference is vanilla BERT: the adversaries are not called
         keeps: list[torch.Tensor] = []
+        mask = self.encoder_mask(attention_mask)
         adversarial, _ = self.logits(input_ids, attention_mask, token_type_ids,
-                                     attention_bias=self.adversarial_bias(attention_mask, keeps))
+                                     attention_bias=self.adversarial_bias(mask, keeps))
         divergence = self.divergence(clean.logits, adversarial)
         loss = clean.loss + divergence
-        if self.mode == "asa":  # kept units per example over all layers; the GRL makes the adversary maximise it
-            penalty = self.asa_tau ** 2 * sum(k.sum() for k in keeps) / input_ids.shape[0]
+        if self.mode == "asa":  # kept units per sequence over all layers; the GRL makes the adversary maximise it
+            penalty = self.asa_tau ** 2 * sum(k.sum() for k in keeps) / keeps[0].shape[0]
             loss = loss + (penalty - penalty.detach())  # its gradient only: the logged loss stays L_e + D
         clean.loss = loss
-        clean.stats = {"masked_fraction": [masked_fraction(k, attention_mask) for k in keeps],
+        clean.stats = {"masked_fraction": [masked_fraction(k, mask) for k in keeps],
                        "divergence": divergence.item()}
         return clean
 
@@ -203,12 +211,52 @@ class ASASpanHead(AdversarialSelfAttention, SpanHead):
         return (symmetric_kl(clean[..., 0], adversarial[..., 0]) + symmetric_kl(clean[..., 1], adversarial[..., 1])) / 2
 
 
-ASA_MODELS = {SENTENCE: ASAClassifier, SPAN_QA: ASASpanHead}  # the task families ASA applies to, and how
+class ASATokenClassifier(AdversarialSelfAttention, TokenClassifier):
+    """A tagger trained with ASA or with random masks: the symmetric KL of each token's tag distribution, summed
+    over the window's positions (padding included, as the authors' code does for WNUT-17) and averaged over the
+    batch."""
+
+    def __init__(self, encoder, num_labels: int, dropout: float = 0.1, mode: str = "asa", asa_tau: float = 0.3,
+                 asa_noise: str = "none", bernoulli_p: float = 0.1):
+        TokenClassifier.__init__(self, encoder, num_labels, dropout)
+        self.init_adversaries(mode, asa_tau, asa_noise, bernoulli_p)
+
+    @classmethod
+    def from_config(cls, cfg, encoder, num_labels: int, **options) -> "ASATokenClassifier":
+        return cls(encoder, num_labels, cfg.classifier_dropout, **options)
+
+    def divergence(self, clean: torch.Tensor, adversarial: torch.Tensor) -> torch.Tensor:
+        return symmetric_kl(clean, adversarial)  # (B, L, C): batchmean sums over L and C, divides by B
+
+
+class ASAMultipleChoice(AdversarialSelfAttention, MultipleChoiceHead):
+    """A multiple-choice model trained with ASA or with random masks: every (context, choice) pair is attacked
+    on its own; the symmetric KL compares the distributions over the choices (Wu et al. 2023: DREAM,
+    HellaSWAG)."""
+
+    def __init__(self, encoder, num_labels: int = 1, dropout: float = 0.1, mode: str = "asa", asa_tau: float = 0.3,
+                 asa_noise: str = "none", bernoulli_p: float = 0.1):
+        MultipleChoiceHead.__init__(self, encoder, num_labels, dropout)
+        self.init_adversaries(mode, asa_tau, asa_noise, bernoulli_p)
+
+    @classmethod
+    def from_config(cls, cfg, encoder, num_labels: int, **options) -> "ASAMultipleChoice":
+        return cls(encoder, num_labels, cfg.classifier_dropout, **options)
+
+    def encoder_mask(self, attention_mask):
+        return MultipleChoiceHead.flatten(attention_mask)
+
+    def divergence(self, clean: torch.Tensor, adversarial: torch.Tensor) -> torch.Tensor:
+        return symmetric_kl(clean, adversarial)  # (B, C)
+
+
+ASA_MODELS = {SENTENCE: ASAClassifier, SPAN_QA: ASASpanHead, TAGGING: ASATokenClassifier,
+              MULTIPLE_CHOICE: ASAMultipleChoice}  # the task families ASA applies to, and how
 
 
 def _build(cfg, encoder, num_labels: int, mode: str):
     options = dict(mode=mode, asa_tau=cfg.asa_tau, asa_noise=cfg.asa_noise, bernoulli_p=cfg.bernoulli_p)
-    return ASA_MODELS[get_task(cfg.task).family].from_config(cfg, encoder, num_labels, **options)
+    return ASA_MODELS[run_task(cfg).family].from_config(cfg, encoder, num_labels, **options)
 
 
 def build_asa(cfg, encoder, num_labels: int, tokenizer):

@@ -101,3 +101,78 @@ class SpanHead(nn.Module):
         """Mean of the start and end cross-entropies over the window's positions."""
         start, end = logits.float().unbind(-1)  # (B, L) each
         return (nn.functional.cross_entropy(start, labels[:, 0]) + nn.functional.cross_entropy(end, labels[:, 1])) / 2
+
+
+IGNORE_INDEX = -100  # a token whose label is not scored (special tokens, padding, later sub-words)
+
+
+class TokenClassifier(nn.Module):
+    """BERT's tagging head (Devlin et al. 2019, Sec. 5.3): dropout and a linear layer on every token's final
+    hidden state, as Hugging Face's `BertForTokenClassification`.
+
+    Output logits (B, L, num_labels). Labels (B, L): a tag id per token, IGNORE_INDEX where no tag is scored (a
+    word is tagged on its first sub-word only); the loss is the cross-entropy over the scored tokens.
+    """
+
+    def __init__(self, encoder: BertModel, num_labels: int, dropout: float = 0.1):
+        super().__init__()
+        self.encoder = encoder
+        self.num_labels = num_labels
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
+        nn.init.normal_(self.classifier.weight, std=0.02)
+        nn.init.zeros_(self.classifier.bias)
+
+    def logits(self, input_ids, attention_mask=None, token_type_ids=None,
+               **encoder_kwargs) -> tuple[torch.Tensor, BertOutput]:
+        out = self.encoder(input_ids, attention_mask, token_type_ids, **encoder_kwargs)
+        return self.classifier(self.dropout(out.last_hidden_state)), out  # (B, L, C)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> ClassifierOutput:
+        logits, _ = self.logits(input_ids, attention_mask, token_type_ids)
+        return ClassifierOutput(logits, None if labels is None else self.loss(logits, labels))
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
+
+
+class MultipleChoiceHead(nn.Module):
+    """BERT's multiple-choice head (Devlin et al. 2019, Sec. 4.4, SWAG): each (context, choice) pair is encoded
+    on its own, a linear layer scores its pooled [CLS], and a softmax over the choices picks one, as Hugging
+    Face's `BertForMultipleChoice`.
+
+    Inputs (B, C, L), C choices per question; logits (B, C); labels (B,), the right choice's index. As in
+    `SequenceClassifier`, the last layer computes the [CLS] row only (`cls_row_layer`) unless maps are asked for.
+    """
+
+    cls_only = True
+
+    def __init__(self, encoder: BertModel, num_labels: int = 1, dropout: float = 0.1):
+        super().__init__()
+        self.encoder = encoder
+        self.num_labels = num_labels  # a score per choice; the number of choices comes with the batch
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(encoder.config.hidden_size, 1)
+        nn.init.normal_(self.classifier.weight, std=0.02)
+        nn.init.zeros_(self.classifier.bias)
+
+    @staticmethod
+    def flatten(x: torch.Tensor | None) -> torch.Tensor | None:
+        """(B, C, L) -> (B * C, L): the pairs as the encoder sees them."""
+        return None if x is None else x.flatten(0, 1)
+
+    def logits(self, input_ids, attention_mask=None, token_type_ids=None,
+               **encoder_kwargs) -> tuple[torch.Tensor, BertOutput]:
+        if self.cls_only and not encoder_kwargs.get("output_attentions", False):
+            encoder_kwargs.setdefault("last_layer", cls_row_layer)
+        out = self.encoder(self.flatten(input_ids), self.flatten(attention_mask), self.flatten(token_type_ids),
+                           **encoder_kwargs)
+        scores = self.classifier(self.dropout(out.pooler_output))  # (B * C, 1)
+        return scores.view(input_ids.shape[:2]), out  # (B, C)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> ClassifierOutput:
+        logits, _ = self.logits(input_ids, attention_mask, token_type_ids)
+        return ClassifierOutput(logits, None if labels is None else self.loss(logits, labels))
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(logits.float(), labels)

@@ -67,6 +67,18 @@ class GlueTask:
         """Splits with gold labels; GLUE's test labels are hidden, so 'test' is not one."""
         return ("train", *self.dev_splits)
 
+    def bind(self, cfg) -> "GlueTask":
+        """The preset for a run: GLUE's data comes from --glue-dir or $GLUE_DIR (else the hub), never from files
+        given one by one, so those options are refused rather than ignored."""
+        for option in ("train_file", "validation_file", "test_file", "data_dir"):
+            if getattr(cfg, option, None):
+                raise UsageError(f"--{option.replace('_', '-')} is not read for GLUE task {self.name!r}: its data "
+                                 f"comes from --glue-dir or GLUE_DIR (for your own files: --task custom)")
+        return self
+
+    def load(self, split: str, cfg) -> list["Example"]:
+        return load_split(self, split, cfg.glue_dir)
+
 
 _BINARY = ("0", "1")
 _PAIR = ("sentence1", "sentence2")

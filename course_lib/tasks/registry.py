@@ -8,14 +8,17 @@ code has no `if task == ...`: a new family is its own module plus one `register_
 
     sentence   classification or regression of a sentence or a pair (GLUE)     tasks/sentence.py, tasks/glue.py
     span_qa    span question answering (SQuAD v1.1, v2.0)                     tasks/span_qa.py, tasks/squad.py
+
+A run asks for its task through `run_task(cfg)`: the preset bound to the run's files and options (`--train-file`,
+`--data-dir`, ...). `--task custom --task-type T` is the run's own files, of the family that T names.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
-from course_lib.errors import choice_error
-from course_lib.tasks import glue, sentence, span_qa, squad
+from course_lib.errors import UsageError, choice_error
+from course_lib.tasks import glue, multiple_choice, sentence, sentence_files, span_qa, squad, tagging
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,9 @@ class TaskFamily:
                                                    predictions, or None)
     write_predictions(path, task, predictions, scores)  the predictions file, in the task's own layout
     predictions_suffix                             that file's suffix: <split>_predictions.<suffix>
+    length(feature)                                its token count, for batching by length
+    custom(cfg)                                    `--task custom` for this family: a preset made from the
+                                                   run's files and options (None: the family has no such form)
     """
 
     name: str
@@ -45,10 +51,13 @@ class TaskFamily:
     score: Callable
     write_predictions: Callable
     predictions_suffix: str
+    length: Callable = lambda feature: len(feature["input_ids"])
+    custom: Callable | None = None
 
 
 FAMILIES: dict[str, TaskFamily] = {}
-TASKS: dict[str, object] = {}  # name -> preset; each preset has .name, .family, .dev_splits, .num_labels
+TASKS: dict[str, object] = {}  # name -> preset; each preset has .name, .family, .dev_splits, .num_labels,
+#   .is_regression, .max_len, and .bind(cfg), the preset a run reads (its files resolved)
 
 
 def register_family(family: TaskFamily) -> TaskFamily:
@@ -72,6 +81,33 @@ def get_family(name: str) -> TaskFamily:
     return FAMILIES[name]
 
 
+TASK_TYPES = {"classification": glue.SENTENCE, "regression": glue.SENTENCE, "tagging": tagging.TAGGING,
+              "multiple-choice": multiple_choice.MULTIPLE_CHOICE}  # --task-type -> its family
+
+
+@dataclass(frozen=True)
+class CustomTask:
+    """`--task custom`: the run's own files (--train-file, --validation-file, --test-file), of the kind that
+    --task-type names. `bind` hands it to that family, which reads the label set and columns it needs."""
+
+    name: str = "custom"
+    max_len: int = 128
+    family: str | None = None  # the family that --task-type names, known once bound
+
+    def bind(self, cfg):
+        if cfg.task_type not in TASK_TYPES:
+            raise choice_error("--task-type for --task custom", cfg.task_type, TASK_TYPES)
+        return get_family(TASK_TYPES[cfg.task_type]).custom(cfg)
+
+
+def run_task(cfg):
+    """The run's task: its preset bound to the run's files and options, ready to read (custom: made from them)."""
+    if cfg.task_type is not None and get_task(cfg.task).name != CustomTask.name:
+        raise UsageError(f"--task-type {cfg.task_type} is for --task custom only; {cfg.task} is a preset that knows "
+                         f"its own kind")
+    return get_task(cfg.task).bind(cfg)
+
+
 def get_task(name: str):
     """A preset by name, ignoring case and dashes, so 'SST-2', 'sst2' and 'STS-B' work."""
     def key(text: str) -> str:
@@ -87,11 +123,24 @@ register_family(TaskFamily(
     glue.SENTENCE, "classification or regression of a sentence or a pair",
     read=sentence.read, encode=sentence.encode, collate=glue.collate, build_head=sentence.plain_head,
     decode=sentence.decode, score=sentence.score, write_predictions=sentence.write_predictions,
-    predictions_suffix="tsv"))
+    predictions_suffix="tsv", custom=sentence_files.custom))
 register_family(TaskFamily(
     span_qa.SPAN_QA, "span question answering: the answer is a span of the context",
     read=span_qa.read, encode=span_qa.encode, collate=squad.collate_squad, build_head=span_qa.plain_head,
     decode=span_qa.decode, score=span_qa.score, write_predictions=span_qa.write_predictions,
     predictions_suffix="json"))
-for _task in (*glue.GLUE_TASKS.values(), *span_qa.SQUAD_TASKS):
+register_family(TaskFamily(
+    tagging.TAGGING, "token tagging: a tag per word (named entities), scored by entity",
+    read=tagging.read, encode=tagging.encode, collate=tagging.collate, build_head=tagging.plain_head,
+    decode=tagging.decode, score=tagging.score, write_predictions=tagging.write_predictions,
+    predictions_suffix="conll", length=tagging.length, custom=tagging.custom))
+register_family(TaskFamily(
+    multiple_choice.MULTIPLE_CHOICE, "multiple choice: one (context, choice) pair encoded per choice",
+    read=multiple_choice.read, encode=multiple_choice.encode, collate=multiple_choice.collate,
+    build_head=multiple_choice.plain_head, decode=multiple_choice.decode, score=multiple_choice.score,
+    write_predictions=multiple_choice.write_predictions, predictions_suffix="tsv", length=multiple_choice.length,
+    custom=multiple_choice.custom))
+for _task in (*glue.GLUE_TASKS.values(), *span_qa.SQUAD_TASKS, *sentence_files.PRESETS, *tagging.PRESETS,
+              *multiple_choice.PRESETS):
     register_task(_task)
+TASKS[CustomTask.name] = CustomTask()  # bound by --task-type to a family (run_task)

@@ -10,19 +10,15 @@ from pathlib import Path
 import torch
 
 from course_lib.model.heads import SequenceClassifier
-from course_lib.errors import UsageError
 from course_lib.repro import atomic_write
 from course_lib.tasks import glue
 from course_lib.tasks.metrics import compute_metrics, degenerate_predictions
 
 
 def read(task, split: str, cfg) -> list:
-    """A GLUE split, from the run's GLUE folder (or $GLUE_DIR), else the hub."""
-    for option in ("train_file", "validation_file"):
-        if getattr(cfg, option, None):
-            raise UsageError(f"--{option.replace('_', '-')} is not read for GLUE task {task.name!r}: its data comes "
-                             f"from --glue-dir or GLUE_DIR (valid with a file: squad, squad_v2)")
-    return glue.load_split(task, split, cfg.glue_dir)
+    """A split of the preset's examples, as the preset reads it (GLUE: its folder or the hub; a file-backed
+    preset: the run's file, its folder or the hub)."""
+    return task.load(split, cfg)
 
 
 def encode(examples: list, tokenizer, cfg, training: bool = True) -> list[dict]:

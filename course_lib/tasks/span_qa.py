@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from course_lib.errors import UsageError
 from course_lib.model.heads import SpanHead
 from course_lib.tasks import squad
 
@@ -36,6 +37,14 @@ class SquadTask:
     @property
     def metrics(self) -> tuple[str, ...]:
         return ("exact_match", "f1")
+
+    def bind(self, cfg) -> "SquadTask":
+        """The preset for a run: its files come from --train-file / --validation-file (read by `read`)."""
+        for option in ("test_file", "data_dir"):
+            if getattr(cfg, option, None):
+                raise UsageError(f"--{option.replace('_', '-')} is not read for {self.name}: give --train-file and "
+                                 f"--validation-file, or set SQUAD_DIR")
+        return self
 
 
 SQUAD_TASKS = (SquadTask("squad", "v1.1"), SquadTask("squad_v2", "v2.0"))

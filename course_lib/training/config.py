@@ -87,8 +87,15 @@ class FinetuneConfig(TrainingRunConfig):
     """One GLUE fine-tuning run. Defaults follow the BERT paper's recipe (Devlin et al. 2019, App. A.3)."""
 
     task: str = "sst2"  # the task to fine-tune on: a preset of a task family (GLUE tasks are the sentence family)
+    task_type: str | None = None  # --task custom only: classification, regression, tagging or multiple-choice
     train_file: str | None = None  # replaces the task preset's training data (span QA: a SQuAD JSON file)
     validation_file: str | None = None  # replaces the preset's dev data (span QA: a SQuAD JSON file)
+    test_file: str | None = None  # a labelled test split, scored like dev (replaces a preset's test data)
+    data_dir: str | None = None  # a preset's folder of files (None: its variable, e.g. $WNUT17_DIR, else the hub)
+    text_columns: str | None = None  # sentence files: the text column, or two for a pair ("sentence1,sentence2")
+    label_column: str | None = None  # sentence files: the label column (default "label")
+    labels: str | None = None  # classification files: the label set, comma list (None: the training file's
+    #   labels, sorted; numbers sort as numbers)
     doc_stride: int = 128  # span QA: context tokens shared by consecutive windows over a long paragraph
     max_query_length: int = 64  # span QA: question tokens kept; longer questions are cut
     output_dir: str = "runs/finetune"  # checkpoints, weights and metrics.json; a rerun resumes from here
@@ -104,7 +111,11 @@ class FinetuneConfig(TrainingRunConfig):
         from course_lib.errors import choice_error
         from course_lib.tasks.registry import get_task
 
+        from course_lib.tasks.registry import TASK_TYPES
+
         task = get_task(self.task)
+        if self.task_type is not None and self.task_type not in TASK_TYPES:
+            raise choice_error("task_type", self.task_type, TASK_TYPES)
         if self.max_len is None:
             self.max_len = task.max_len
         super().validate()
@@ -284,10 +295,10 @@ def field_choices(cls) -> dict[str, tuple[str, ...]]:
     """The valid names of the fields that take one from a registry: validate() checks them, --help lists them."""
     from course_lib.methods.ag import BOUNDARIES, REDUCTIONS
     from course_lib.tasks.glue import GLUE_TASKS
-    from course_lib.tasks.registry import TASKS
+    from course_lib.tasks.registry import TASK_TYPES, TASKS
 
     per_class = {
-        FinetuneConfig: {"task": tuple(TASKS), "ssa_label_mode": SSA_LABEL_MODES,
+        FinetuneConfig: {"task": tuple(TASKS), "task_type": tuple(TASK_TYPES), "ssa_label_mode": SSA_LABEL_MODES,
                          "asa_noise": ASA_NOISE},
         MultitaskConfig: {"tasks": tuple(GLUE_TASKS), "ssa": ("none", "all", *GLUE_TASKS),
                           "schedule": MULTITASK_SCHEDULES, "ssa_label_mode": SSA_LABEL_MODES},

@@ -33,7 +33,7 @@ from course_lib.model.heads import SequenceClassifier
 from course_lib.training.loop import Job, TrainingLoop, finished_run, open_run
 from course_lib.repro import METRICS, WEIGHTS
 from course_lib.methods.registry import EpochContext, get_method
-from course_lib.tasks.registry import get_family, get_task
+from course_lib.tasks.registry import get_family, run_task
 from course_lib.repro import atomic_write, progress, save_torch, seed_everything
 from course_lib.model.weights import check_runnable, load_pretrained
 
@@ -58,10 +58,11 @@ def predict(model: SequenceClassifier, features: list[dict], batch_size: int, ac
     this over the training set every epoch, takes about half the time it does on batches in file order.
     """
     model.eval()
-    batches = glue.epoch_batches([len(f["input_ids"]) for f in features], batch_size, seed=0, epoch=0,
+    family = get_family(task.family)
+    batches = glue.epoch_batches([family.length(f) for f in features], batch_size, seed=0, epoch=0,
                                  shuffle=False, bucket=True)
     mine = batches[accelerator.process_index::accelerator.num_processes]
-    out, family = [], get_family(task.family)
+    out = []
     for rows in progress(mine, desc="eval", leave=False):
         batch = _to_device(family.collate([features[i] for i in rows], pad_token_id), accelerator.device)
         logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
@@ -111,11 +112,11 @@ def encoder_overrides(cfg: FinetuneConfig) -> dict:
     return get_method(cfg.method).encoder_overrides(cfg)
 
 
-def build_classifier(cfg: FinetuneConfig, encoder, num_labels: int, tokenizer) -> SequenceClassifier:
-    """The task model of the run's method: one whose training objective the method changes, or the task
-    family's plain head."""
-    build = get_method(cfg.method).build_model or get_family(get_task(cfg.task).family).build_head
-    return build(cfg, encoder, num_labels, tokenizer)
+def build_classifier(cfg: FinetuneConfig, encoder, task, tokenizer) -> SequenceClassifier:
+    """The task model of the run's method for the run's (bound) task: one whose training objective the method
+    changes, or the task family's plain head."""
+    build = get_method(cfg.method).build_model or get_family(task.family).build_head
+    return build(cfg, encoder, task.num_labels, tokenizer)
 
 
 def epoch_features(cfg: FinetuneConfig, epoch: int, train: list[dict], model, task, tokenizer,
@@ -196,7 +197,8 @@ class FinetuneJob(Job):
         loop = self.loop
         self.epoch_train, self.epoch_stats = epoch_features(self.cfg, epoch, self.train, loop.model, self.task,
                                                             self.tokenizer, loop.accelerator, self.out)
-        return glue.epoch_batches([len(f["input_ids"]) for f in self.epoch_train], self.cfg.batch_size, self.cfg.seed,
+        length = get_family(self.task.family).length
+        return glue.epoch_batches([length(f) for f in self.epoch_train], self.cfg.batch_size, self.cfg.seed,
                                   epoch, shuffle=True, bucket=self.cfg.bucket_by_length)
 
     def loss(self, rows):
@@ -228,7 +230,8 @@ class FinetuneJob(Job):
                   "skipped_steps": state.get("skipped_steps", 0), "train_examples": len(self.train),
                   "timing": {"train_seconds": round(state["train_seconds"], 1)}}
         if state["history"]:
-            result.update({k: v for k, v in state["history"][-1].items() if k.startswith("dev") or k == "warnings"})
+            result.update({k: v for k, v in state["history"][-1].items()
+                           if k in self.task.dev_splits or k == "warnings"})
         result.setdefault("warnings", [])  # the last epoch's; [] when its predictions vary as they should
         return result
 
@@ -245,14 +248,14 @@ def finetune(cfg: FinetuneConfig) -> dict:
     done = finished_run(out, cfg)
     if done is not None:
         return done  # the same command after completion costs nothing
-    task = get_task(cfg.task)
+    task = run_task(cfg)  # the preset bound to the run's files: a missing file or column stops here
     get_method(cfg.method).check_family(task.family)  # an unknown method, or one that does not apply to the task
     check_runnable(cfg)  # fp16 without a GPU, sequences longer than the model's positions
     accelerator = open_run(cfg, out)
     seed_everything(cfg.seed)
     train_examples, dev_examples = task_examples(cfg, task)
     encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
-    model = build_classifier(cfg, encoder, task.num_labels, tokenizer)
+    model = build_classifier(cfg, encoder, task, tokenizer)
     encode = get_family(task.family).encode
     train = encode(train_examples, tokenizer, cfg, training=True)
     dev = {s: encode(ex, tokenizer, cfg, training=False) for s, ex in dev_examples.items()}
@@ -275,6 +278,6 @@ def load_finetuned(output_dir) -> tuple[SequenceClassifier, object]:
                          f"there first")
     cfg = FinetuneConfig.from_dict(json.loads((out / METRICS).read_text())["config"])
     encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
-    model = build_classifier(cfg, encoder, get_task(cfg.task).num_labels, tokenizer)
+    model = build_classifier(cfg, encoder, run_task(cfg), tokenizer)
     model.load_state_dict(load_file(out / WEIGHTS))
     return model.eval(), tokenizer

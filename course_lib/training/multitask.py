@@ -134,7 +134,7 @@ def task_config(cfg: MultitaskConfig, name: str) -> FinetuneConfig:
 def build_multitask(cfg: MultitaskConfig, encoder, tokenizer) -> MultitaskBert:
     """Each task's head exactly as finetune builds it, in the order of cfg.tasks, on one encoder."""
     return MultitaskBert(encoder, {name: build_classifier(task_config(cfg, name), encoder,
-                                                          glue.get_task(name).num_labels, tokenizer)
+                                                          glue.get_task(name), tokenizer)
                                    for name in cfg.task_names()})
 
 
