@@ -70,11 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
                                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         _add_config_options(command, config_cls)
     bench = commands.add_parser("bench", help="benchmarks, measured side by side in one process")
-    bench.add_argument("what", choices=["speed", "methods", "sparsemax", "diagnostics", "reproduce", "squad"],
+    bench.add_argument("what", choices=["speed", "methods", "sparsemax", "diagnostics", "reproduce", "squad",
+                                        "reference"],
                        help="speed: our encoder vs Hugging Face's BertModel; methods: each method's training step "
                             "vs vanilla (AG vs MLM) and SSA's label generation; sparsemax: ours vs entmax; "
                             "diagnostics: shortcut reliance and precision@k on synthetic data with ground truth; "
-                            "reproduce: every method vs vanilla on GLUE_DIR tasks, 3 seeds, paired tests")
+                            "reproduce: every method vs vanilla on GLUE_DIR tasks, 3 seeds, paired tests; "
+                            "reference: our tagging / multiple-choice fine-tuning vs transformers' (--task)")
+    bench.add_argument("--task", default=None, help="reference: wnut17 (needs WNUT17_DIR) or dream (DREAM_DIR)")
     bench.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
     bench.add_argument("--model", default=None, help="BERT folder or hub id (default: the packaged MiniLM)")
     bench.add_argument("--batch-size", type=int, default=32)
@@ -86,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                           "(default: $SQUAD_DIR/dev-v1.1.json)")
     bench.add_argument("--train-questions", type=int, default=2000,
                        help="squad: a seeded subset of the training articles' questions (0: all of them)")
-    bench.add_argument("--epochs", type=int, default=None, help="squad: training epochs (default 2)")
+    bench.add_argument("--epochs", type=int, default=None,
+                       help="squad, reference: training epochs (default: squad 2; reference the task's budget)")
     bench.add_argument("--fast-kernels", action=argparse.BooleanOptionalAction, default=True,
                        help="methods: swap the CPU kernels in (course_lib.fast.optimize) as training does; "
                             "speed times both forms side by side")
@@ -96,11 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--threads", type=int, default=None,
                        help="torch threads (default: torch's choice); 1 is steadier on cores other jobs share")
     bench.add_argument("--methods", default=None, help="diagnostics: comma list (default: all fine-tuning methods)")
-    bench.add_argument("--seeds", default="0,1,2", help="diagnostics: comma list of seeds")
+    bench.add_argument("--seeds", default="0,1,2", help="diagnostics, reference: comma list of seeds")
     bench.add_argument("--quick", action="store_true", help="diagnostics: the smoke budget (tiny data, for tests)")
     bench.add_argument("--output-dir", default=None,
-                       help="diagnostics, reproduce, squad: run folders, reused if there "
-                            "(default runs/diagnostics, runs/sweep/<grid name>, runs/bench/squad)")
+                       help="diagnostics, reproduce, squad, reference: run folders, reused if there (default "
+                            "runs/diagnostics, runs/sweep/<grid name>, runs/bench/squad, runs/bench/reference/<task>)")
     bench.add_argument("--grid", default=None,
                        help="reproduce: the sweep grid (default ci/grids/cpu_reproduction.yaml)")
     bench.add_argument("--report", default=None, help="reproduce: where the report goes "
@@ -153,6 +157,10 @@ def run(argv: list[str]) -> int:
         from course_lib.bench import squad_reference
 
         squad_reference.main(namespace)
+    elif command == "bench" and namespace.what == "reference":
+        from course_lib.bench import family_reference
+
+        family_reference.main(namespace)
     elif command == "bench" and namespace.what == "diagnostics":
         from course_lib.bench import diagnostics
 

@@ -3,12 +3,13 @@ benchmarks' printed ratios (`python -m course_lib bench methods|sparsemax`), nev
 import json
 import math
 
+import pytest
 import torch
 from torch import nn
 
 from course_lib.bench import suite as bench
 from course_lib.bench import timing
-from course_lib.bench.span_speed import format_span_speed, span_speed
+from course_lib.bench.head_speed import format_head_speed, span_speed, tagging_speed
 from course_lib import cli
 from course_lib.training.config import PretrainConfig
 
@@ -118,10 +119,11 @@ def test_speed_benchmark_compares_identical_outputs(tiny_model_dir):
     assert "| 16 | train |" in bench.format_speed(result)
 
 
-def test_span_speed_compares_identical_logits_with_hugging_faces_qa_model(tiny_model_dir):
-    result = span_speed(str(tiny_model_dir), batch_size=2, seq_len=32, repeats=2, warmup=0)
-    assert result["max_abs_diff_vs_ours"] < 1e-5  # fast, plain and BertForQuestionAnswering: the same logits
+@pytest.mark.parametrize("measure", [span_speed, tagging_speed], ids=["span QA", "tagging"])
+def test_head_speed_compares_identical_logits_with_hugging_faces_model(tiny_model_dir, measure):
+    result = measure(str(tiny_model_dir), batch_size=2, seq_len=32, repeats=2, warmup=0)
+    assert result["max_abs_diff_vs_ours"] < 1e-5  # fast, plain and HF's BertFor... model: the same logits
     assert [c["mode"] for c in result["cases"]] == ["train", "inference"]
     assert all(positive(c["hf_over_ours"]["median"]) and positive(c["hf_over_plain"]["median"])
                for c in result["cases"])
-    assert "| train |" in format_span_speed(result) and "| inference |" in format_span_speed(result)
+    assert "| train |" in format_head_speed(result) and "| inference |" in format_head_speed(result)

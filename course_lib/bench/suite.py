@@ -1,7 +1,8 @@
 """`python -m course_lib bench speed|methods|sparsemax`: measurements taken side by side in one process.
 
 - speed: our encoder against Hugging Face's BertModel (sdpa and eager), same weights and inputs; then the span-QA
-  model against BertForQuestionAnswering at length 384 (`span_speed`).
+  model against BertForQuestionAnswering at length 384 and the tagging model against BertForTokenClassification
+  at 128 (`head_speed`).
 - methods: the training step of each method against vanilla fine-tuning (AG: against plain MLM pre-training),
   SSA's per-epoch label generation as a share of the epoch's training, and saved activations per step.
 - sparsemax: our sparsemax (sparsegen-lin at lambda 0) against entmax's, forward + backward.
@@ -27,7 +28,7 @@ from course_lib.fast import optimize
 from course_lib.fast.allocator import keep_freed_memory
 from course_lib.model.heads import cls_row_layer
 from course_lib.repro import progress
-from course_lib.bench.span_speed import format_span_speed, span_speed
+from course_lib.bench.head_speed import format_head_speed, span_speed, tagging_speed
 from course_lib.bench.timing import interleaved, machine_load, ratio_summary, timed
 from course_lib.model.weights import load_pretrained, resolve_model_dir
 
@@ -578,4 +579,6 @@ def main(args) -> None:
         results = speed(args.model, args.batch_size, tuple(args.seq_lens or (64, 128)), args.repeats)
         print(json.dumps(results, indent=2) if args.json else format_speed(results))
         span = span_speed(args.model, args.qa_batch_size, repeats=max(2, args.repeats // 2))
-        print(json.dumps(span, indent=2) if args.json else format_span_speed(span))
+        print(json.dumps(span, indent=2) if args.json else format_head_speed(span))
+        tags = tagging_speed(args.model, args.batch_size, repeats=max(2, args.repeats // 2))
+        print(json.dumps(tags, indent=2) if args.json else format_head_speed(tags))

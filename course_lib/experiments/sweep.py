@@ -354,7 +354,8 @@ def _dev_summary(run: Run) -> str:
     """The run's dev metrics in one line, with its warnings (all predictions one class, say) after them."""
     metrics = _read_json(run.folder / METRICS)
     scores = ", ".join(f"{split} {name} {value:.4f}" for split, values in sorted(metrics.items())
-                       if split.startswith(("dev", "test")) and isinstance(values, dict) for name, value in values.items())
+                       if split.startswith(("dev", "test")) and isinstance(values, dict)
+                       for name, value in values.items())
     return scores + "".join(f"  (warning: {line})" for line in metrics.get("warnings") or [])
 
 
