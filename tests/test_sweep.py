@@ -158,19 +158,33 @@ def test_each_run_has_its_folder_and_a_command_line_that_parses_back_to_its_conf
     assert sweep.run_name({"model": "/data/models/bert base"}) == "model=_data_models_bert_base"
 
 
+def test_task_overrides_change_their_task_only_and_hours_add_up_per_task(tmp_path, capsys):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("command: finetune\nbase: {epochs: 1, lr: 2.0e-5}\ngrid: {task: [sst2, rte], seed: [0, 1]}\n"
+                    "task_overrides:\n  rte: {lr: 3.0e-5, epochs: 2}\ngpu_hours: {sst2: 0.5, rte: 0.25}\n")
+    runs = sweep.load_grid(grid, tmp_path / "runs")
+    assert {(r.config.task, r.config.lr, r.config.epochs) for r in runs} == {("sst2", 2e-5, 1), ("rte", 3e-5, 2)}
+    assert [r.name for r in runs][0] == "task=rte,seed=0"  # the overrides are the recipe, not part of the name
+    assert sweep.gpu_hours(grid, runs) == 2 * 0.5 + 2 * 0.25
+
+
 @pytest.mark.parametrize("text, message", [
     ("command: finetune\ngrid: {sed: [0, 1]}\n", "grid.yaml: unknown grid key 'sed' (valid: "),
     ("command: finetune\nbase: {epoch: 2}\ngrid: {seed: [0]}\n", "unknown base key 'epoch' (valid: "),
     ("command: finetune\ngrid: {epochs: ['2']}\n",
      "grid.yaml: grid.epochs='2': FinetuneConfig.epochs must be int, got '2' (str)"),
     ("command: finetune\nbase: {lr: 5e-5}\ngrid: {seed: [0]}\n", "YAML reads 5e-5 as text, write 5.0e-05"),
-    ("command: finetune\ngrid: {task: [sst2, sst3]}\n", "grid.task='sst3': unknown task 'sst3' (valid: cola"),
+    ("command: finetune\ngrid: {task: [sst2, sst3]}\n", "grid.task='sst3': unknown task 'sst3' (valid: anli, cola"),
     ("command: finetune\ngrid: {seed: 0}\n", "grid.yaml: grid.seed must be a non-empty list of values, got 0"),
     ("command: finetune\ngrid: {seed: [0]}\nbase: {output_dir: x}\n", "base.output_dir is set per run"),
     ("command: finetune\nbase: {seed: 1}\ngrid: {seed: [0]}\n", "'seed' is in both base and grid"),
     ("command: train\ngrid: {seed: [0]}\n", "grid.yaml: unknown command 'train' (valid: finetune, notebook)"),
-    ("command: finetune\ngrids: {seed: [0]}\n", "grid.yaml: unknown key 'grids' (valid: base, command, grid, gpu_hours)"),
-    ("- task: sst2\n", "grid.yaml must be a mapping with keys base, command, grid, gpu_hours; it holds a list"),
+    ("command: finetune\ngrids: {seed: [0]}\n",
+     "grid.yaml: unknown key 'grids' (valid: base, command, grid, task_overrides, gpu_hours)"),
+    ("- task: sst2\n", "grid.yaml must be a mapping with keys base, command, grid, task_overrides, gpu_hours; it "
+                      "holds a list"),
+    ("command: finetune\ngrid: {task: [sst2], seed: [0]}\ntask_overrides: {sst2: {seed: 3}}\n",
+     "grid.yaml: task_overrides.sst2.seed is not a field it may set (the grid sets output_dir, seed, task per run)"),
     ("command: finetune\ngrid: {seed: [0, 1]\n", "grid.yaml is not valid YAML at line"),
 ])
 def test_bad_grid_file_is_one_line_and_exit_2(tmp_path, capsys, text, message):

@@ -161,15 +161,16 @@ def run_grid(base: Validated, output_dir=None, *, tasks=None, methods=None, seed
 
 def dev_rows(results: dict[RunKey, dict]) -> list[dict]:
     """The dev scores as table rows (for pandas and `plots.results`): run (the key's name), task, seed, metric
-    and dev score, the task's first metric on its first dev split (MNLI: dev_matched). A multitask run gives a
+    and dev score, the task's main metric on its first dev split (MNLI: dev_matched). A multitask run gives a
     row per task and one for its Overall; a pre-training run, which has no dev set, none."""
     rows = []
     for key, result in results.items():
         scores = result["dev"] if "overall" in result else {result["task"]: result} if "task" in result else {}
         for name, splits in scores.items():
-            task = get_task(name)
-            rows.append({"run": key.name, "task": task.name, "seed": key.seed, "metric": task.metrics[0],
-                         "dev score": splits[task.dev_splits[0]][task.metrics[0]]})
+            metric = splits.get("main_metric") or get_task(name).metrics[0]  # a multitask head: its GLUE task's
+            split = next(s for s, values in splits.items() if s.startswith("dev") and isinstance(values, dict))
+            rows.append({"run": key.name, "task": name, "seed": key.seed, "metric": metric,
+                         "dev score": splits[split][metric]})
         if "overall" in result:
             rows.append({"run": key.name, "task": "Overall", "seed": key.seed, "metric": "overall",
                          "dev score": result["overall"]})

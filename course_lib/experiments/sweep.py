@@ -60,7 +60,8 @@ from course_lib.model.weights import check_model
 COMMANDS = {"finetune": FinetuneConfig, "notebook": NotebookRun}  # what a grid can run, and its config
 RUN, LOG, LOCK = "run.json", "log.txt", ".lock"  # the sweep's files in a run folder, beside the run's METRICS
 STDERR_LINES = 20  # how much of a failed run's stderr run.json keeps as its error
-GRID_KEYS = ("base", "command", "grid", "gpu_hours")  # gpu_hours: the estimate a dry run adds up
+GRID_KEYS = ("base", "command", "grid", "task_overrides", "gpu_hours")  # gpu_hours: the estimate a dry run adds
+#   up; task_overrides: {task: {field: value}}, a finetune grid's recipe per task (the papers' Table 5 and such)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,6 +165,7 @@ def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
             raise UsageError(f"{path}: {key!r} is in both base and grid; keep it in one")
     if kind is FinetuneConfig:
         _config(path, "base", base)
+    overrides = _task_overrides(path, raw, kind, grid)
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise UsageError(f"{path}: grid.{key} must be a non-empty list of values, got {values!r}")
@@ -177,15 +179,39 @@ def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
         name = run_name(values)
         if name in runs:
             raise UsageError(f"{path}: two runs would share the folder {name!r}; make the grid values differ")
-        config = {**base, **values, "output_dir": str(Path(output_dir) / name)}
+        config = {**base, **overrides.get(values.get("task", base.get("task")), {}), **values,
+                  "output_dir": str(Path(output_dir) / name)}
         runs[name] = Run(name, _config(path, f"run {name}", config, kind))
     return [runs[name] for name in sorted(runs)]
+
+
+def _task_overrides(path: Path, raw: dict, kind, grid: dict) -> dict:
+    """The grid file's `task_overrides`, checked: fields of a finetune run, none of them the grid's own keys."""
+    overrides = raw.get("task_overrides") or {}
+    if overrides and kind is not FinetuneConfig:
+        raise UsageError(f"{path}: task_overrides is for finetune grids (a notebook's preset has its own)")
+    if not isinstance(overrides, dict) or not all(isinstance(v, dict) for v in overrides.values()):
+        raise UsageError(f"{path}: task_overrides must map a task to a mapping of fields, got {overrides!r}")
+    per_run = sorted({"output_dir", "task", *grid})
+    fields = {f.name for f in dataclasses.fields(FinetuneConfig)} - set(per_run)
+    for task, values in overrides.items():
+        unknown = sorted(set(values) - fields)
+        if unknown:
+            raise UsageError(f"{path}: task_overrides.{task}.{unknown[0]} is not a field it may set "
+                             f"(the grid sets {', '.join(per_run)} per run)")
+    return overrides
+
+
+def _estimate_key(run: Run) -> str:
+    """What a mapping of gpu_hours is keyed by: a notebook run's notebook, a fine-tuning run's task."""
+    return run.config.notebook if isinstance(run.config, NotebookRun) else run.config.task
 
 
 def gpu_hours(grid_file: str | Path, runs: list[Run]) -> float | None:
     """The grid file's estimate of GPU hours for these runs, or None when it gives none.
 
-    `gpu_hours:` is either one number per run, or a mapping from notebook name to hours per run.
+    `gpu_hours:` is either one number per run, or a mapping from notebook name (a fine-tuning grid: task name)
+    to hours per run.
     """
     estimate = (yaml.safe_load(Path(grid_file).read_text(encoding="utf-8")) or {}).get("gpu_hours")
     if estimate is None:
@@ -193,12 +219,12 @@ def gpu_hours(grid_file: str | Path, runs: list[Run]) -> float | None:
     if isinstance(estimate, (int, float)):
         return float(estimate) * len(runs)
     if not isinstance(estimate, dict):
-        raise UsageError(f"{grid_file}: gpu_hours must be a number or a mapping of notebook to hours, "
+        raise UsageError(f"{grid_file}: gpu_hours must be a number or a mapping of notebook (or task) to hours, "
                          f"got {estimate!r}")
-    missing = sorted({r.config.notebook for r in runs if isinstance(r.config, NotebookRun)} - set(estimate))
+    missing = sorted({_estimate_key(r) for r in runs} - set(estimate))
     if missing:
         raise UsageError(f"{grid_file}: gpu_hours has no estimate for {missing[0]!r}")
-    return sum(float(estimate[r.config.notebook]) for r in runs)
+    return sum(float(estimate[_estimate_key(r)]) for r in runs)
 
 
 def parse_shard(text: str) -> tuple[int, int]:

@@ -57,7 +57,7 @@ class TaskFamily:
 
 FAMILIES: dict[str, TaskFamily] = {}
 TASKS: dict[str, object] = {}  # name -> preset; each preset has .name, .family, .dev_splits, .num_labels,
-#   .is_regression, .max_len, and .bind(cfg), the preset a run reads (its files resolved)
+#   .is_regression, .max_len, .metrics (its main metric first), and .bind(cfg), the preset a run reads
 
 
 def register_family(family: TaskFamily) -> TaskFamily:

@@ -55,7 +55,8 @@ def split_paths(source: Source, cfg) -> dict[str, Path | None]:
     """{split: the local file to read, or None for the hub} for train, dev and, when there is one, test.
 
     A file named by an option must exist; a folder must hold the preset's file for train and dev (its test file
-    is optional). A split with neither a file nor a hub copy is left out, so the run reads it nowhere.
+    is optional; a folder is never mixed with the hub). A split with neither a file nor a hub copy is left out,
+    so the run reads it nowhere.
     """
     base = folder(source, cfg)
     paths: dict[str, Path | None] = {}
@@ -63,8 +64,9 @@ def split_paths(source: Source, cfg) -> dict[str, Path | None]:
         given = getattr(cfg, FILE_OPTIONS[split], None)
         if given:
             paths[split] = _existing(Path(given).expanduser(), f"--{FILE_OPTIONS[split].replace('_', '-')}")
-        elif base is not None and split in source.files and (split != "test" or (base / source.files[split]).is_file()):
-            paths[split] = _existing(base / source.files[split], f"the {split} file of {base}")
+        elif base is not None:  # a folder: its files only (a folder without a test file has no test split)
+            if split in source.files and (split != "test" or (base / source.files[split]).is_file()):
+                paths[split] = _existing(base / source.files[split], f"the {split} file of {base}")
         elif source.hub and (split != "test" or source.labelled_test):
             paths[split] = None
     for split in ("train", "dev"):

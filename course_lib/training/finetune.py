@@ -222,10 +222,12 @@ class FinetuneJob(Job):
                       for k, v in state.pop("epoch_stats", {}).items()})  # e.g. ASA's masking proportion per layer
         state["history"].append({**entry, **scores})
         self.loop.accelerator.print(f"epoch {epoch + 1}: " + ", ".join(
-            f"{s} {k} {v:.4f}" for s in self.task.dev_splits for k, v in scores[s].items()))
+            f"{s} {k} {v:.4f}" if isinstance(v, float) else f"{s} {k} {v}"
+            for s in self.task.dev_splits for k, v in scores[s].items()))
 
     def summary(self, state: dict, status: str) -> dict:
-        result = {"config": self.cfg.to_dict(), "task": self.task.name, "status": status,
+        result = {"config": self.cfg.to_dict(), "task": self.task.name, "family": self.task.family,
+                  "main_metric": self.task.metrics[0], "status": status,
                   "history": state["history"], "train_steps": state["global_step"],
                   "skipped_steps": state.get("skipped_steps", 0), "train_examples": len(self.train),
                   "timing": {"train_seconds": round(state["train_seconds"], 1)}}
