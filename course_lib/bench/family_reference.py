@@ -74,10 +74,10 @@ BUDGETS = {
                      "Wu et al.'s Table 5 recipe (lr 5e-5, batch 16, warmup 0.1, length 64) for 3 epochs of 5, on all "
                      "3,394 training tweets; dev and test in full"),
     "dream": Budget({"lr": 1e-4, "batch_size": 16, "epochs": 2, "warmup_ratio": 0.1, "max_len": 128,
-                     "max_train_samples": 1500, "max_eval_samples": 1000},
-                    "Wu et al.'s Table 5 recipe (batch 16, warmup 0.1, length 128) cut to fit 2 CPU cores: 1,500 "
+                     "max_train_samples": 1200, "max_eval_samples": 600},
+                    "Wu et al.'s Table 5 recipe (batch 16, warmup 0.1, length 128) cut to fit 2 CPU cores: 1,200 "
                     "seeded training questions (of 6,116), 2 epochs (of 8), lr 1e-4 (of 3e-5) for the shorter run; "
-                    "1,000 seeded questions each of dev and test", choices=3),
+                    "600 seeded questions each of dev and test", choices=3),
 }
 
 def _config(task: str, model, method: str, seed: int, out: Path, epochs: int | None) -> FinetuneConfig:
