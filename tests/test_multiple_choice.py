@@ -107,7 +107,7 @@ BAD_INPUTS = [
      r"val\.jsonl:1: label 'three' is not a choice index \(valid: 0 to 3\)"),
     ("val.jsonl", lambda p: write_jsonl(p, [ENDINGS, {**ENDINGS, "endings": ENDINGS["endings"][:3], "label": 0}]),
      r"val\.jsonl:2: 3 choices, but .*val\.jsonl:1 has 4 \(every question of a split needs the same number\)"),
-    ("val.jsonl", lambda p: p.write_text('{"ctx": "c",\n'), r"val\.jsonl:1: not a JSON object"),
+    ("val.jsonl", lambda p: p.write_text('{"ctx": "c",\n'), r"val\.jsonl:1: not a JSON line"),
     ("val.csv", lambda p: write_swag(p, [SWAG_ROW, {**SWAG_ROW, "label": "-1"}]),
      r"val\.csv:3: label -1 is out of range \(valid: 0 to 3\)"),
     ("val.csv", lambda p: write_swag(p, [SWAG_ROW], header=("sent1", "sent2", "ending0", "ending1", "ending2",

@@ -167,21 +167,8 @@ def _hellaswag_question(record, fallback_id: str, where: str) -> ChoiceQuestion:
 
 def read_hellaswag(path: Path) -> Located:
     """The official JSONL layout (hellaswag_train.jsonl, hellaswag_val.jsonl); blank lines are skipped."""
-    located = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as err:
-        raise UsageError(f"{path}: not UTF-8 text ({err.reason})") from None
-    for line_no, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{line_no}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise UsageError(f"{where}: not a JSON object ({err.msg})") from None
-        located.append((where, _hellaswag_question(record, str(line_no), where)))
-    return located
+    return [(where, _hellaswag_question(record, where.rsplit(":", 1)[1], where))
+            for where, record in sources.jsonl_records(path)]
 
 
 def hellaswag_from_hub(rows: list[dict], origin: str) -> Located:

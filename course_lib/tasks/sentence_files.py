@@ -188,18 +188,7 @@ def delimited_rows(task: FileSentenceTask, path: Path, delimiter: str) -> list[R
 
 def jsonl_rows(task: FileSentenceTask, path: Path) -> list[Row]:
     """A JSON-lines file's rows: one object per non-blank line."""
-    rows = []
-    with open(path, encoding="utf-8-sig") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_no}"
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise UsageError(f"{where}: not a JSON line ({err.msg})") from None
-            rows.append(object_row(task, value, where))
-    return rows
+    return [object_row(task, value, where) for where, value in sources.jsonl_records(path)]
 
 
 def object_row(task: FileSentenceTask, value, where: str) -> Row:

@@ -13,6 +13,7 @@ no file is given: `datasets` is slow to import.
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,3 +105,21 @@ def read_split(task, split: str, read_file, from_hub) -> list:
     """The split's examples: `read_file(path)` for a local file, else `from_hub(rows)` for the hub's rows."""
     path = task.paths[split]
     return read_file(path) if path is not None else from_hub(hub_rows(task.name, task.source, split))
+
+
+def jsonl_records(path: Path) -> list[tuple[str, object]]:
+    """A JSON-lines file's values with where each was read ("file:line"); blank lines skipped, a line that is not
+    JSON or a file that is not UTF-8 is one line naming the place."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{path}: not UTF-8 text ({err.reason})") from None
+    records = []
+    for line_no, line in enumerate(lines, start=1):
+        if line.strip():
+            where = f"{path}:{line_no}"
+            try:
+                records.append((where, json.loads(line)))
+            except json.JSONDecodeError as err:
+                raise UsageError(f"{where}: not a JSON line ({err.msg})") from None
+    return records
