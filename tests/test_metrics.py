@@ -147,3 +147,11 @@ def test_paired_t_test_without_a_test_to_make():
         paired_t_test([0.8, 0.9], [0.8])
     with pytest.raises(ValueError, match="non-empty"):
         paired_t_test([], [])
+
+
+def test_holm_adjusted_p_values_match_the_step_down_rule_by_hand():
+    from course_lib.tasks.metrics import holm_adjusted
+    # sorted 0.01, 0.02, 0.04 (m = 3): 3 * 0.01, max(0.03, 2 * 0.02), max(0.04, 1 * 0.04); None is not a test
+    adjusted = holm_adjusted([0.04, None, 0.01, 0.02])
+    assert adjusted[1] is None and adjusted[0] == pytest.approx(0.04) and adjusted[2] == pytest.approx(0.03)
+    assert adjusted[3] == pytest.approx(0.04) and holm_adjusted([0.6, 0.5]) == pytest.approx([1.0, 1.0])

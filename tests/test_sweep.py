@@ -168,6 +168,15 @@ def test_task_overrides_change_their_task_only_and_hours_add_up_per_task(tmp_pat
     assert sweep.gpu_hours(grid, runs) == 2 * 0.5 + 2 * 0.25
 
 
+def test_the_demo_grid_points_notebook_06_at_the_demos_own_runs(tmp_path):
+    """make demo: notebook 06 tabulates the runs notebooks 01-05 made in this sweep's folder, and only 06 gets
+    that parameter."""
+    grid = Path(__file__).resolve().parents[1] / "ci/grids/notebooks_smoke.yaml"
+    runs = {r.config.notebook: r.config for r in sweep.load_grid(grid, tmp_path)}
+    assert runs["06_results"].parameters == {"runs_dir": "../runs/sweep/notebooks_smoke"}
+    assert all(not config.parameters for name, config in runs.items() if name != "06_results")
+
+
 @pytest.mark.parametrize("text, message", [
     ("command: finetune\ngrid: {sed: [0, 1]}\n", "grid.yaml: unknown grid key 'sed' (valid: "),
     ("command: finetune\nbase: {epoch: 2}\ngrid: {seed: [0]}\n", "unknown base key 'epoch' (valid: "),
@@ -180,9 +189,11 @@ def test_task_overrides_change_their_task_only_and_hours_add_up_per_task(tmp_pat
     ("command: finetune\nbase: {seed: 1}\ngrid: {seed: [0]}\n", "'seed' is in both base and grid"),
     ("command: train\ngrid: {seed: [0]}\n", "grid.yaml: unknown command 'train' (valid: finetune, notebook)"),
     ("command: finetune\ngrids: {seed: [0]}\n",
-     "grid.yaml: unknown key 'grids' (valid: base, command, grid, task_overrides, gpu_hours)"),
-    ("- task: sst2\n", "grid.yaml must be a mapping with keys base, command, grid, task_overrides, gpu_hours; it "
-                      "holds a list"),
+     "grid.yaml: unknown key 'grids' (valid: base, command, grid, task_overrides, notebook_overrides, gpu_hours)"),
+    ("- task: sst2\n", "grid.yaml must be a mapping with keys base, command, grid, task_overrides, notebook_overrides, "
+                      "gpu_hours; it holds a list"),
+    ("command: notebook\ngrid: {notebook: [06_results]}\ntask_overrides: {sst2: {lr: 1}}\n",
+     "grid.yaml: task_overrides is for finetune grids; this grid runs notebook (use notebook_overrides)"),
     ("command: finetune\ngrid: {task: [sst2], seed: [0]}\ntask_overrides: {sst2: {seed: 3}}\n",
      "grid.yaml: task_overrides.sst2.seed is not a field it may set (the grid sets output_dir, seed, task per run)"),
     ("command: finetune\ngrid: {seed: [0, 1]\n", "grid.yaml is not valid YAML at line"),

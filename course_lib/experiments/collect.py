@@ -1,19 +1,23 @@
-"""`python -m course_lib.collect RUNS_DIR`: one table of dev-set results from the finished runs in a folder.
+"""`python -m course_lib.collect RUNS_DIR`: one table of results from the finished runs in a folder, every kind.
 
-Reads every `metrics.json` under RUNS_DIR whose status is "complete" (a partial or failed run never enters),
-groups the runs that differ only in their seed, and writes, atomically:
+Reads every `metrics.json` under RUNS_DIR whose status is "complete" (a partial or failed run never enters):
+fine-tuning runs of every task family, multitask runs (a row per head and one for the overall score) and MLM
+pre-training runs (held-out MLM loss and perplexity; a fine-tune started from one of them names it and is
+compared with the fine-tune started from plain MLM). What each kind contributes is `records.KINDS`. A file
+that is no course_lib metrics.json (truncated, foreign) is skipped with one warning line naming it. Runs that
+differ only in their seed form a group; collect writes, atomically:
 
-- `results.csv`: one row per run (its folder, its group's settings, seed, every dev metric as
-  `dev_accuracy`, `dev_matched_accuracy`, ..., training time);
-- `results.md`: one row per group: task, method, the other settings that differ between runs, the number
-  of seeds, and mean ± sample standard deviation (ddof=1) over seeds of each dev metric, named as in
-  metrics.json (`accuracy`, `f1`, `matthews_correlation`, `pearson`, `spearmanr`; MNLI's splits are
-  `dev_matched` and `dev_mismatched`). A group of one seed shows its number without ±.
+- `results.csv`: one row per run and head (its folder, kind, task, method, its group's settings, seed, every
+  metric as `dev_accuracy`, `test_f1`, `held-out_mlm_loss`, ..., training time);
+- `results.md`: a section per kind with one row per group (mean ± sample standard deviation, ddof=1, over
+  seeds; one seed shows its number without ±) and the papers' numbers, then each method against its
+  baseline (vanilla; plain MLM for AG) by a paired t-test over seeds on the task's main metric, the
+  direction known (lower is better for a loss or perplexity) and Holm's correction across the table's tests.
 """
 from __future__ import annotations
 
 import csv
-import dataclasses
+import hashlib
 import io
 import json
 import os
@@ -21,112 +25,188 @@ import statistics
 import sys
 from pathlib import Path
 
-from course_lib.training.config import FinetuneConfig
 from course_lib.errors import Parser, UsageError, report_errors
-from course_lib.tasks.metrics import paired_t_test
+from course_lib.tasks.metrics import holm_adjusted, paired_t_test
+from course_lib.experiments.records import KINDS, kind_of, lower_is_better
 from course_lib.experiments.reported import reported
 from course_lib.repro import METRICS, atomic_write
 
-METHOD_OPTIONS = ("ssa_", "asa_", "sparsegen_", "bernoulli_")  # a method's own settings, unused by vanilla
 NOT_GROUPED = ("seed", "output_dir")  # runs that differ only in these are seeds of one group
-# A run made before a FinetuneConfig field existed ran with what is now its default.
-DEFAULTS = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
 
 
-def _dev_metrics(result: dict) -> dict[str, float]:
-    """{'dev accuracy': 0.84, ...}: each dev split's metrics, as '<split> <metric>'."""
-    return {f"{split} {name}": value for split, values in result.items()
-            if split.startswith(("dev", "test")) and isinstance(values, dict) for name, value in values.items()}
+def read_result(path: Path) -> dict | None:
+    """A metrics.json's content, or None after one warning line when it is no course_lib metrics.json."""
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        print(f"warning: skipping {path}: {err}", file=sys.stderr)
+        return None
+    if isinstance(result, dict) and result.get("kind") == "notebook":
+        return None  # a notebook's own summary; the runs it made sit in folders below it
+    if not isinstance(result, dict) or kind_of(result) is None:
+        print(f"warning: skipping {path}: not a course_lib metrics.json (no known kind, config or task)",
+              file=sys.stderr)
+        return None
+    return result
 
 
 def collect(runs_dir: str | Path) -> list[dict]:
-    """One dict per complete run under runs_dir: run (its folder, relative), task, config, metrics, seconds."""
+    """One dict per complete run and head under runs_dir: run (its folder, relative), kind, task, method,
+    baseline, config, metrics, main_metric, seconds; a fine-tune of a pre-training run here also `pretrained`."""
     runs_dir = Path(runs_dir)
     if not runs_dir.is_dir():
         raise UsageError(f"runs folder {str(runs_dir)!r} does not exist or is not a folder")
     rows = []
     for path in sorted(runs_dir.rglob(METRICS)):
-        try:
-            result = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            print(f"warning: skipping {path}: {err}", file=sys.stderr)
+        result = read_result(path)
+        if result is None or result.get("status") != "complete":
             continue
-        if result.get("status") != "complete" or result.get("kind") == "notebook":
-            continue  # a notebook's own summary; the fine-tuning runs it made sit in folders below it
-        if not isinstance(result.get("config"), dict) or "task" not in result:
-            print(f"warning: skipping {path}: not a course_lib metrics.json (no config or task)", file=sys.stderr)
-            continue
-        rows.append({"run": path.parent.relative_to(runs_dir).as_posix(), "task": result["task"],
-                     "config": {**DEFAULTS, **result["config"]}, "metrics": _dev_metrics(result),
-                     "train_seconds": result.get("timing", {}).get("train_seconds")})
+        kind = kind_of(result)
+        config = {**kind.defaults, **result["config"]}
+        for entry in kind.tasks(result):
+            rows.append({"run": path.parent.relative_to(runs_dir).as_posix(), "kind": kind.name,
+                         "method": kind.method(config), "baseline": kind.baseline, "config": dict(config),
+                         **entry, "train_seconds": result.get("timing", {}).get("train_seconds")})
+    link_pretraining(rows)
     return rows
 
 
+def link_pretraining(rows: list[dict]) -> None:
+    """A fine-tune whose `model` is a pre-training run collected here names that run (`pretrained`), stands
+    for 'METHOD (PRE-pretrained)' and is tested against the same fine-tune of the plain-MLM run; its `model`
+    becomes the pre-training recipe less method and seed, so seeds and the two pre-trainings pair up."""
+    pretrained = {row["run"]: row for row in rows if row["kind"] == "pretrain"}
+    for row in rows:
+        model = str(row["config"].get("model") or "").rstrip("/")
+        source = next((run for run in pretrained if model == run or model.endswith("/" + run)), None)
+        if row["kind"] != "finetune" or source is None:
+            continue
+        base = pretrained[source]
+        recipe = {k: v for k, v in base["config"].items()
+                  if k not in (*NOT_GROUPED, "corpus") and not KINDS["pretrain"].is_method_field(k)}
+        digest = hashlib.sha1(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:8]
+        row.update(pretrained=source, method=f"{row['method']} ({base['method']}-pretrained)",
+                   baseline=f"{row['method']} ({base['baseline']}-pretrained)")
+        row["config"]["model"] = f"pre-trained here, recipe {digest}"
+
+
+def _of_kind(rows: list[dict]) -> dict[str, list[dict]]:
+    by_kind: dict[str, list[dict]] = {}
+    for row in rows:
+        by_kind.setdefault(row["kind"], []).append(row)
+    return by_kind
+
+
 def group_fields(rows: list[dict]) -> list[str]:
-    """task, method, then every other config field whose value differs between the runs (but the seed)."""
+    """task, method, then every other config field whose value differs between the runs (but the seed).
+    Meant for the rows of one kind: kinds have different settings."""
     keys = sorted({k for row in rows for k in row["config"]} - {"task", "method", *NOT_GROUPED})
-    varying = [k for k in keys if len({json.dumps(row["config"].get(k)) for row in rows}) > 1]
+    varying = [k for k in keys if len({json.dumps(row["config"].get(k), default=str) for row in rows}) > 1]
     return ["task", "method", *varying]
 
 
 def _group_value(row: dict, field: str):
-    return row["task"] if field == "task" else row["config"].get(field)
+    return row[field] if field in ("task", "method", "kind") else row["config"].get(field)
+
+
+def _stats(values: list[float]) -> dict:
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else None,
+            "n": len(values)}
+
+
+def _groups(rows: list[dict], fields: list[str]) -> list[list[dict]]:
+    """Rows with equal fields, each seed once (the same settings and seed in two folders, say two notebooks'
+    vanilla runs, is one deterministic run counted once)."""
+    groups: dict[str, dict] = {}
+    for row in rows:
+        members = groups.setdefault(json.dumps([_group_value(row, f) for f in fields], default=str), {})
+        members.setdefault(row["config"].get("seed"), row)
+    return [list(members.values()) for members in groups.values()]
 
 
 def summarize(rows: list[dict]) -> list[dict]:
-    """One dict per group: its fields, seeds, n, and {metric: {'mean', 'std'}} (std is None for n = 1)."""
-    fields = group_fields(rows)
-    groups: dict[str, list[dict]] = {}
-    for row in rows:
-        groups.setdefault(json.dumps([_group_value(row, f) for f in fields]), []).append(row)
+    """One dict per group: kind, its fields, seeds, n, and {metric: {'mean', 'std', 'n'}} (std None for n = 1)."""
     summary = []
-    for members in groups.values():
-        seeds = {}
-        for row in list(members):
-            seed = row["config"].get("seed")
-            if seed in seeds:  # the same settings and seed in two folders (two notebooks' vanilla runs, say):
-                members.remove(row)  # a deterministic run, counted once
-                continue
-            seeds[seed] = row["run"]
-        names = list(dict.fromkeys(name for row in members for name in row["metrics"]))
-        metrics = {}
-        for name in names:
-            values = [row["metrics"][name] for row in members if name in row["metrics"]]
-            metrics[name] = {"mean": statistics.fmean(values),
-                             "std": statistics.stdev(values) if len(values) > 1 else None, "n": len(values)}
-        summary.append({**{f: _group_value(members[0], f) for f in fields}, "seeds": sorted(seeds),
-                        "n": len(members), "metrics": metrics})
-    return sorted(summary, key=lambda g: [str(g[f]) for f in fields])
+    for kind, mine in sorted(_of_kind(rows).items(), key=lambda item: list(KINDS).index(item[0])):
+        fields, groups = group_fields(mine), []
+        for members in _groups(mine, fields):
+            names = list(dict.fromkeys(name for row in members for name in row["metrics"]))
+            metrics = {name: _stats([row["metrics"][name] for row in members if name in row["metrics"]])
+                       for name in names}
+            groups.append({"kind": kind, **{f: _group_value(members[0], f) for f in fields},
+                           "seeds": sorted(row["config"].get("seed") for row in members), "n": len(members),
+                           "metrics": metrics, "main_metric": members[0]["main_metric"]})
+        summary += sorted(groups, key=lambda g: [str(g[f]) for f in fields])
+    return summary
 
 
-def paired_tests(rows: list[dict], metric: str, baseline: str = "vanilla") -> list[dict]:
-    """Each method against the baseline on the same task and seeds: mean difference and a paired t-test.
+def _pair_key(row: dict) -> tuple:
+    """Everything but the method and its own options: runs equal in this differ only by the method."""
+    kind = KINDS[row["kind"]]
+    shared = {k: v for k, v in row["config"].items() if k != "output_dir" and not kind.is_method_field(k)}
+    return row["kind"], row["task"], json.dumps(shared, sort_keys=True, default=str)
 
-    Pairs are runs with equal task and seed whose other settings may differ only in the method, so a
-    seed's data order and initialisation are shared and the test sees the method's effect alone. The
-    p-value is two-sided (`metrics.paired_t_test`); with fewer than 2 pairs, or all pairs equal, it is None.
+
+def _method_label(row: dict) -> str:
+    """The method with its own options where they differ from the default: ssa-co with paper labels is its
+    own row."""
+    kind = KINDS[row["kind"]]
+    options = ", ".join(f"{k}={v}" for k, v in sorted(row["config"].items())
+                        if kind.is_method_field(k) and k not in kind.method_fields and v != kind.defaults.get(k))
+    return f"{row['method']} ({options})" if options else row["method"]
+
+
+def paired_tests(rows: list[dict], metric: str | None = None, baseline: str | None = None) -> list[dict]:
+    """Each method against its baseline on the same task and seeds: mean difference and a paired t-test.
+
+    Pairs are runs of one kind with equal task and seed whose other settings may differ only in the method,
+    so a seed's data order and initialisation are shared and the test sees the method's effect alone. By
+    default each row is tested on its task's main metric against its kind's baseline (vanilla; plain MLM for
+    pre-training). `better` reads the sign the metric's way (lower is better for a loss or perplexity); the
+    p-value is two-sided (`metrics.paired_t_test`), None with fewer than 2 pairs or all pairs equal, and
+    `p_holm` is Holm's adjustment across all the tests returned.
     """
-    def key(row):  # everything but the method and its own options
-        shared = {k: v for k, v in row["config"].items()
-                  if k not in ("method", "output_dir") and not k.startswith(METHOD_OPTIONS)}
-        return row["task"], json.dumps(shared, sort_keys=True)
-    base = {key(r): r["metrics"][metric] for r in rows
-            if r["config"].get("method") == baseline and metric in r["metrics"]}
+    def tested_metric(row):
+        return metric if metric is not None else row["main_metric"]
+    base = {}
+    for row in rows:
+        if row["method"] == (baseline or row["baseline"]) and tested_metric(row) in row["metrics"]:
+            base[row["method"], _pair_key(row), tested_metric(row)] = row["metrics"][tested_metric(row)]
     pairs: dict[tuple, list[tuple[float, float]]] = {}
     for row in rows:
-        method = row["config"].get("method")
-        if method != baseline and metric in row["metrics"] and key(row) in base:
-            options = ", ".join(f"{k}={v}" for k, v in sorted(row["config"].items())
-                                if k.startswith(METHOD_OPTIONS) and v != DEFAULTS.get(k))
-            method = f"{method} ({options})" if options else method  # ssa-co with paper labels is its own row
-            pairs.setdefault((row["task"], method), []).append((row["metrics"][metric], base[key(row)]))
+        name, against = tested_metric(row), baseline or row["baseline"]
+        if row["method"] != against and (against, _pair_key(row), name) in base and name in row["metrics"]:
+            key = (row["kind"], row["task"], _method_label(row), against, name)
+            pairs.setdefault(key, []).append((row["metrics"][name], base[against, _pair_key(row), name]))
     results = []
-    for (task, method), values in sorted(pairs.items()):
+    for (kind, task, method, against, name), values in sorted(pairs.items()):
         ours, theirs = zip(*values)
         diff, p = paired_t_test(ours, theirs)
-        results.append({"task": task, "method": method, "baseline": baseline, "metric": metric,
-                        "pairs": len(values), "mean_difference": diff, "p_value": p})
+        lower = lower_is_better(name)
+        results.append({"kind": kind, "task": task, "method": method, "baseline": against, "metric": name,
+                        "pairs": len(values), "mean_difference": diff, "p_value": p, "lower_is_better": lower,
+                        "better": None if diff == 0 else (diff < 0) == lower})
+    for result, adjusted in zip(results, holm_adjusted([r["p_value"] for r in results])):
+        result["p_holm"] = adjusted
     return results
+
+
+def seed_points(rows: list[dict]) -> list[dict]:
+    """Each run's main metric as a point (task, method, metric, value, seed): what the seed plots draw."""
+    return [{"task": r["task"], "method": r["method"], "metric": r["main_metric"], "seed": r["config"].get("seed"),
+             "value": r["metrics"][r["main_metric"]]} for r in rows if r["main_metric"] in r["metrics"]]
+
+
+def run_curves(runs_dir: str | Path, rows: list[dict], curve: str = "eval_curve", field: str = "mlm_loss") -> dict:
+    """{'ag, seed 0': (steps, values)}: a curve of each pre-training run's metrics.json (held-out MLM loss)."""
+    named = {}
+    for row in rows:
+        if row["kind"] == "pretrain":
+            points = json.loads((Path(runs_dir) / row["run"] / METRICS).read_text(encoding="utf-8")).get(curve, [])
+            label = f"{row['method']}, seed {row['config'].get('seed')}"
+            label += "" if label not in named else f" ({row['run']})"
+            named[label] = ([p["step"] for p in points], [p[field] for p in points])
+    return named
 
 
 def _metric_names(rows: list[dict]) -> list[str]:
@@ -135,14 +215,19 @@ def _metric_names(rows: list[dict]) -> list[str]:
 
 
 def to_csv(rows: list[dict]) -> str:
-    fields, metrics = group_fields(rows), _metric_names(rows)
+    by_kind = _of_kind(rows)
+    fields = list(dict.fromkeys(f for mine in by_kind.values() for f in group_fields(mine)[2:]))
+    metrics = _metric_names(rows)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["run", *fields, "seed", *(m.replace(" ", "_") for m in metrics), "train_seconds"])
-    order = sorted(rows, key=lambda r: [str(_group_value(r, f)) for f in fields] + [r["config"].get("seed", 0)])
+    writer.writerow(["run", "kind", "task", "method", *fields, "seed", *(m.replace(" ", "_") for m in metrics),
+                     "train_seconds", "pretrained"])
+    order = sorted(rows, key=lambda r: [list(KINDS).index(r["kind"]), r["task"], r["method"]]
+                   + [str(r["config"].get(f)) for f in fields] + [r["config"].get("seed") or 0])
     for row in order:
-        writer.writerow([row["run"], *(_group_value(row, f) for f in fields), row["config"].get("seed"),
-                         *(row["metrics"].get(m, "") for m in metrics), row["train_seconds"]])
+        writer.writerow([row["run"], row["kind"], row["task"], row["method"], *(row["config"].get(f) for f in fields),
+                         row["config"].get("seed"), *(row["metrics"].get(m, "") for m in metrics),
+                         row["train_seconds"], row.get("pretrained", "")])
     return out.getvalue()
 
 
@@ -152,20 +237,48 @@ def _mean_std(stats: dict | None) -> str:
     return f"{stats['mean']:.4f}" if stats["std"] is None else f"{stats['mean']:.4f} ± {stats['std']:.4f}"
 
 
-def to_markdown(rows: list[dict], runs_dir: str | Path) -> str:
+PAPER_COLUMN = "reported by the papers (not our model or split)"
+
+
+def kind_table(rows: list[dict]) -> list[str]:
+    """The markdown table of one kind's groups: settings, seeds, each metric's mean ± std, the papers' numbers."""
     fields, metrics = group_fields(rows), _metric_names(rows)
-    header = [*fields, "seeds", *metrics, "reported by the paper (BERT-base, not dev)"]
-    lines = [f"# Dev-set results: {runs_dir}", "",
-             f"{len(rows)} complete runs. Each cell is the mean ± sample standard deviation (ddof=1) over seeds "
-             f"of a dev-set metric; one seed shows no ±. The last column is what the papers report for "
-             f"BERT-base, in percent, on the GLUE test server or their own test split: a different model and "
-             f"split, so compare methods within a column of this table, not across to it.", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    header = [*fields, "seeds", *metrics, PAPER_COLUMN]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for group in summarize(rows):
         cells = [str(group[f]) for f in fields] + [str(group["n"])]
         cells += [_mean_std(group["metrics"].get(m)) for m in metrics]
-        cells.append(reported(str(group["method"]), str(group["task"])))
+        cells.append(reported(str(group["method"]), str(group["task"]), group["kind"]))
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def tests_table(tests: list[dict]) -> list[str]:
+    """The paired tests as markdown: difference, which way is better, raw and Holm-adjusted p."""
+    lines = ["| kind | task | method | against | metric | pairs | mean difference | better? | p | p (Holm) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for t in tests:
+        better = {True: "yes", False: "no", None: "equal"}[t["better"]]
+        cells = [t["kind"], t["task"], t["method"], t["baseline"], t["metric"] + (" (lower is better)"
+                 if t["lower_is_better"] else ""), str(t["pairs"]), f"{t['mean_difference']:+.4f}", better,
+                 *("n/a" if p is None else f"{p:.3g}" for p in (t["p_value"], t["p_holm"]))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def to_markdown(rows: list[dict], runs_dir: str | Path) -> str:
+    lines = [f"# Results: {runs_dir}", "",
+             f"{len({r['run'] for r in rows})} complete runs. Each cell is the mean ± sample standard deviation "
+             f"(ddof=1) over seeds; one seed shows no ±. The last column is what the papers report, for their "
+             f"model (BERT-base, or RoBERTa-base size for AG) on their split: compare methods within a column "
+             f"of this table, not across to it."]
+    for kind, mine in sorted(_of_kind(rows).items(), key=lambda item: list(KINDS).index(item[0])):
+        lines += ["", f"## {KINDS[kind].title}", "", *kind_table(mine)]
+    tests = paired_tests(rows)
+    if tests:
+        lines += ["", "## Each method against its baseline", "",
+                  "Paired t-test over seeds on each task's main metric; p (Holm) is corrected for all the "
+                  "tests below.", "", *tests_table(tests)]
     return "\n".join(lines) + "\n"
 
 

@@ -117,3 +117,38 @@ def token_strips(strips: dict, tokens: list[str], ax=None, title: str = "", vmax
     ax.tick_params(axis="y", rotation=0)
     ax.set_title(title)
     return ax
+
+
+def seeds_by_method(points: list[dict], baselines: set[str], ncols: int = 3, suptitle: str = ""):
+    """One panel per task: each method's seeds as dots and their mean as a bar, baselines first.
+    points are dicts with task, method, metric and value (the task's main metric of one seed's run)."""
+    frame = pd.DataFrame(points)
+    tasks = list(dict.fromkeys(frame["task"]))
+    nrows = -(-len(tasks) // ncols)
+    fig, axes = plt.subplots(nrows, min(ncols, len(tasks)), figsize=(4.6 * min(ncols, len(tasks)), 3.8 * nrows),
+                             layout="constrained", squeeze=False)
+    for ax, task in zip(axes.flat, tasks):
+        mine = frame[frame["task"] == task]
+        order = sorted(set(mine["method"]), key=lambda m: (m not in baselines, m))
+        sns.barplot(data=mine, x="method", y="value", order=order, errorbar=None, alpha=0.45, ax=ax)
+        sns.stripplot(data=mine, x="method", y="value", order=order, color="black", size=4, ax=ax)
+        ax.set(title=task, xlabel="", ylabel=mine["metric"].iloc[0])
+        ax.tick_params(axis="x", rotation=30)
+    for ax in list(axes.flat)[len(tasks):]:
+        ax.set_visible(False)
+    if suptitle:
+        fig.suptitle(suptitle)
+    return axes
+
+
+def curves(named: dict, xlabel: str, ylabel: str, ax=None, title: str = "", logy: bool = False):
+    """One line per entry of named ({name: (x, y)}), each with its own x: runs' curves of unequal length."""
+    ax = _axes(ax, (7, 4))
+    for name, (x, y) in named.items():
+        ax.plot(x, _numpy(y), marker="o", markersize=3, label=name)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    if logy:
+        ax.set_yscale("log")
+    if len(named) > 1:
+        ax.legend()
+    return ax

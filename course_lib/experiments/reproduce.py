@@ -44,8 +44,9 @@ def primary_metric(task: str) -> str:
 def paper_gain(method: str, task: str, metric: str) -> str:
     """The paper's own method - vanilla difference in points on this task and metric, or '' if not reported."""
     name = metric.split(" ", 1)[1]
-    for claim in REPORTED.get((method, task), []):
-        base = [r for r in REPORTED.get(("vanilla", task), []) if r.source == claim.source and r.metric == name]
+    for claim in REPORTED.get(("finetune", method, task), []):
+        base = [r for r in REPORTED.get(("finetune", "vanilla", task), [])
+                if r.source == claim.source and r.metric == name]
         if claim.metric == name and base:
             return f"{claim.value - base[0].value:+.1f} ({claim.source})"
     return ""

@@ -60,8 +60,9 @@ from course_lib.model.weights import check_model
 COMMANDS = {"finetune": FinetuneConfig, "notebook": NotebookRun}  # what a grid can run, and its config
 RUN, LOG, LOCK = "run.json", "log.txt", ".lock"  # the sweep's files in a run folder, beside the run's METRICS
 STDERR_LINES = 20  # how much of a failed run's stderr run.json keeps as its error
-GRID_KEYS = ("base", "command", "grid", "task_overrides", "gpu_hours")  # gpu_hours: the estimate a dry run adds
-#   up; task_overrides: {task: {field: value}}, a finetune grid's recipe per task (the papers' Table 5 and such)
+# gpu_hours: the estimate a dry run adds up; task_overrides: {task: {field: value}}, a finetune grid's recipe per
+# task (the papers' Table 5 and such); notebook_overrides: {notebook: {parameter: value}} in a notebook grid
+GRID_KEYS = ("base", "command", "grid", "task_overrides", "notebook_overrides", "gpu_hours")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,25 +180,32 @@ def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
         name = run_name(values)
         if name in runs:
             raise UsageError(f"{path}: two runs would share the folder {name!r}; make the grid values differ")
-        config = {**base, **overrides.get(values.get("task", base.get("task")), {}), **values,
+        field = "notebook" if kind is NotebookRun else "task"
+        key = values.get(field, base.get(field))
+        config = {**base, **overrides.get(key, {}), **values,
                   "output_dir": str(Path(output_dir) / name)}
         runs[name] = Run(name, _config(path, f"run {name}", config, kind))
     return [runs[name] for name in sorted(runs)]
 
 
 def _task_overrides(path: Path, raw: dict, kind, grid: dict) -> dict:
-    """The grid file's `task_overrides`, checked: fields of a finetune run, none of them the grid's own keys."""
-    overrides = raw.get("task_overrides") or {}
-    if overrides and kind is not FinetuneConfig:
-        raise UsageError(f"{path}: task_overrides is for finetune grids (a notebook's preset has its own)")
+    """The grid file's `task_overrides` (a finetune grid: fields per task) or `notebook_overrides` (a notebook
+    grid: parameters per notebook, checked per run), checked: none of them the grid's own keys."""
+    name = "task_overrides" if kind is FinetuneConfig else "notebook_overrides"
+    other = "notebook_overrides" if kind is FinetuneConfig else "task_overrides"
+    if raw.get(other):
+        raise UsageError(f"{path}: {other} is for {'notebook' if kind is FinetuneConfig else 'finetune'} grids; "
+                         f"this grid runs {raw['command']} (use {name})")
+    overrides = raw.get(name) or {}
     if not isinstance(overrides, dict) or not all(isinstance(v, dict) for v in overrides.values()):
-        raise UsageError(f"{path}: task_overrides must map a task to a mapping of fields, got {overrides!r}")
-    per_run = sorted({"output_dir", "task", *grid})
-    fields = {f.name for f in dataclasses.fields(FinetuneConfig)} - set(per_run)
-    for task, values in overrides.items():
-        unknown = sorted(set(values) - fields)
-        if unknown:
-            raise UsageError(f"{path}: task_overrides.{task}.{unknown[0]} is not a field it may set "
+        raise UsageError(f"{path}: {name} must map a {name.split('_')[0]} to a mapping of fields, got {overrides!r}")
+    per_run = sorted({"output_dir", "task" if kind is FinetuneConfig else "notebook", *grid})
+    for key, values in overrides.items():
+        fixed = sorted(set(values) & set(per_run))
+        unknown = sorted(set(values) - {f.name for f in dataclasses.fields(FinetuneConfig)}) \
+            if kind is FinetuneConfig else []
+        if fixed or unknown:
+            raise UsageError(f"{path}: {name}.{key}.{(fixed or unknown)[0]} is not a field it may set "
                              f"(the grid sets {', '.join(per_run)} per run)")
     return overrides
 

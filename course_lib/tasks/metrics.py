@@ -151,3 +151,19 @@ def paired_t_test(ours: ArrayLike, theirs: ArrayLike) -> tuple[float, float | No
         warnings.simplefilter("ignore", RuntimeWarning)  # nearly equal pairs: scipy's precision-loss warning
         p = float(stats.ttest_rel(x, y).pvalue)
     return difference, None if math.isnan(p) else p
+
+
+def holm_adjusted(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values, in the input's order (None stays None and is not counted).
+
+    With m tests sorted p_(1) <= ... <= p_(m), the k-th adjusted value is max over j <= k of
+    min(1, (m - j + 1) p_(j)); a test is significant at level alpha after the correction exactly when its
+    adjusted value is below alpha. This controls the chance of any false claim across one table's rows.
+    """
+    tested = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(tested):
+        running = max(running, min(1.0, (len(tested) - rank) * p))
+        adjusted[i] = running
+    return adjusted

@@ -226,7 +226,7 @@ class FinetuneJob(Job):
             for s in self.task.dev_splits for k, v in scores[s].items()))
 
     def summary(self, state: dict, status: str) -> dict:
-        result = {"config": self.cfg.to_dict(), "task": self.task.name, "family": self.task.family,
+        result = {"kind": "finetune", "config": self.cfg.to_dict(), "task": self.task.name, "family": self.task.family,
                   "main_metric": self.task.metrics[0], "status": status,
                   "history": state["history"], "train_steps": state["global_step"],
                   "skipped_steps": state.get("skipped_steps", 0), "train_examples": len(self.train),

@@ -213,7 +213,8 @@ class MultitaskJob(Job):
             f"{t.name} {t.metrics[0]} {per_task[t.name][t.dev_splits[0]][t.metrics[0]]:.4f}" for t in self.tasks))
 
     def summary(self, state: dict, status: str) -> dict:
-        result = {"config": self.cfg.to_dict(), "tasks": [t.name for t in self.tasks], "status": status,
+        result = {"kind": "multitask", "config": self.cfg.to_dict(), "tasks": [t.name for t in self.tasks],
+                  "status": status,
                   "history": state["history"], "train_steps": state["global_step"],
                   "skipped_steps": state["skipped_steps"], "train_examples": {k: len(v) for k, v in self.train.items()},
                   "timing": {"train_seconds": round(state["train_seconds"], 1)}, "warnings": []}

@@ -367,7 +367,8 @@ class PretrainJob(Job):
         final = {"train_mlm_loss": train[-1]["mlm_loss"] if train else None,
                  "eval_mlm_loss": held_out[-1]["mlm_loss"] if held_out else None,
                  "eval_ag_loss": held_out[-1]["ag_loss"] if held_out else None}
-        return {"config": self.cfg.to_dict(), "corpus": self.corpus, "status": status, "method": self.cfg.method,
+        return {"kind": "pretrain", "config": self.cfg.to_dict(), "corpus": self.corpus, "status": status,
+                "method": self.cfg.method,
                 "train_steps": state["global_step"], "skipped_steps": state["skipped_steps"],
                 "parameters": sum(p.numel() for p in self.loop.base.parameters()),
                 "train_curve": train, "eval_curve": held_out, "final": final,

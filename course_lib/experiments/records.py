@@ -1,0 +1,119 @@
+"""What each kind of run's `metrics.json` contributes to the results table.
+
+Every training job writes its `kind` into metrics.json: `finetune` (one task of any family), `multitask` (one
+encoder, a head per task) and `pretrain` (masked-language-model pre-training, with or without AG). A kind
+says how its file becomes table rows (one per task head; multitask adds the overall score), which method a run
+stands for, the baseline it is tested against, and which of its config fields belong to the method (left out
+when two runs are paired). A file written before `kind` existed is recognised by its fields.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+from course_lib.tasks.registry import TASKS
+from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
+
+METHOD_PREFIXES = ("ssa_", "asa_", "sparsegen_", "bernoulli_", "ag_")  # a method's own settings
+LOWER_IS_BETTER = ("loss", "perplexity")  # metric names containing these improve downwards
+
+
+def lower_is_better(metric: str) -> bool:
+    return any(word in metric for word in LOWER_IS_BETTER)
+
+
+def _defaults(config_class) -> dict:
+    return {f.name: f.default for f in dataclasses.fields(config_class)}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunKind:
+    name: str
+    title: str  # the heading of its section in the results table
+    defaults: dict  # its config's defaults: a field added later ran with its default
+    baseline: str  # the method every other one of this kind is tested against
+    method_fields: tuple[str, ...]  # config fields that belong to the method, beside METHOD_PREFIXES
+    method: Callable[[dict], str]  # config -> the method a run stands for
+    tasks: Callable[[dict], list[dict]]  # metrics.json -> [{"task", "metrics", "main_metric"}]
+    looks_like: Callable[[dict], bool]  # recognises a metrics.json written before `kind` existed
+
+    def is_method_field(self, name: str) -> bool:
+        return name in self.method_fields or name.startswith(METHOD_PREFIXES)
+
+
+KINDS: dict[str, RunKind] = {}
+
+
+def register_kind(kind: RunKind) -> RunKind:
+    KINDS[kind.name] = kind
+    return kind
+
+
+def kind_of(result: dict) -> RunKind | None:
+    """The kind a metrics.json says, else the first whose fields it has; None for a foreign file."""
+    if result.get("kind") in KINDS:
+        return KINDS[result["kind"]]
+    if "kind" in result:
+        return None
+    return next((kind for kind in KINDS.values() if kind.looks_like(result)), None)
+
+
+def split_metrics(splits: dict) -> dict[str, float]:
+    """{'dev accuracy': 0.84, 'test accuracy': 0.83, ...}: each dev or test split's numbers as '<split> <metric>'."""
+    return {f"{split} {name}": value for split, values in splits.items()
+            if split.startswith(("dev", "test")) and isinstance(values, dict)
+            for name, value in values.items() if isinstance(value, (int, float))}
+
+
+def _main_metric(result: dict, metrics: dict[str, float]) -> str | None:
+    """'<first dev split> <the task's main metric>'; a file without `main_metric` falls back to its first."""
+    split = next((s for s in result if s.startswith("dev") and isinstance(result[s], dict)), "dev")
+    name = result.get("main_metric")
+    if name is not None and f"{split} {name}" in metrics:
+        return f"{split} {name}"
+    return next(iter(metrics), None)
+
+
+def _finetune_tasks(result: dict) -> list[dict]:
+    metrics = split_metrics(result)
+    return [{"task": result["task"], "metrics": metrics, "main_metric": _main_metric(result, metrics)}]
+
+
+def _multitask_tasks(result: dict) -> list[dict]:
+    """A row per head (its dev metrics) and an 'overall' row: the report's mean of the heads' main metrics."""
+    rows = []
+    for task, splits in result.get("dev", {}).items():
+        metrics = split_metrics(splits)
+        main = next((f"{split} {TASKS[task].metrics[0]}" for split in splits if task in TASKS), None)
+        main = main if main in metrics else next(iter(metrics), None)
+        rows.append({"task": task, "metrics": metrics, "main_metric": main})
+    if isinstance(result.get("overall"), (int, float)):
+        rows.append({"task": "overall", "metrics": {"dev overall": result["overall"]}, "main_metric": "dev overall"})
+    return rows
+
+
+def _pretrain_tasks(result: dict) -> list[dict]:
+    """One row: the held-out MLM loss, its perplexity exp(loss), and the held-out AG loss (measured for both)."""
+    final = result.get("final", {})
+    loss = final.get("eval_mlm_loss")
+    if not isinstance(loss, (int, float)):
+        return []
+    metrics = {"held-out mlm_loss": loss, "held-out perplexity": math.exp(min(loss, 700.0))}
+    if isinstance(final.get("eval_ag_loss"), (int, float)):
+        metrics["held-out ag_loss"] = final["eval_ag_loss"]
+    return [{"task": "mlm", "metrics": metrics, "main_metric": "held-out mlm_loss"}]
+
+
+register_kind(RunKind(
+    "finetune", "Fine-tuning", _defaults(FinetuneConfig), "vanilla", ("method",),
+    method=lambda config: config.get("method", "vanilla"), tasks=_finetune_tasks,
+    looks_like=lambda result: isinstance(result.get("config"), dict) and "task" in result))
+register_kind(RunKind(
+    "multitask", "Multitask (one encoder, a head per task)", _defaults(MultitaskConfig), "vanilla", ("ssa",),
+    method=lambda config: "vanilla" if config.get("ssa", "none") == "none" else "ssa-co", tasks=_multitask_tasks,
+    looks_like=lambda result: isinstance(result.get("config"), dict) and "tasks" in result))
+register_kind(RunKind(
+    "pretrain", "MLM pre-training (held-out blocks)", _defaults(PretrainConfig), "mlm", ("method",),
+    method=lambda config: config.get("method", "mlm"), tasks=_pretrain_tasks,
+    looks_like=lambda result: isinstance(result.get("config"), dict) and "eval_curve" in result))

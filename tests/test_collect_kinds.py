@@ -1,0 +1,143 @@
+"""Every kind of run in one results table: fine-tuning, multitask (a row per head and the overall score) and MLM
+pre-training with the fine-tunes it starts; paired tests that know which way a metric improves; foreign files
+named and skipped."""
+import json
+import math
+
+import pytest
+import torch
+from scipy import stats
+
+from course_lib.experiments import collect
+from course_lib.experiments.records import kind_of
+from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
+from course_lib.training.finetune import finetune
+from course_lib.training.multitask import train_multitask
+from course_lib.training.pretrain import generated_corpus, pretrain
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: a second thread only spins
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def runs_dir(tmp_path_factory, tiny_model_dir, keyword_glue):
+    """Real tiny runs of each kind, as notebooks 01, 02 and 04 lay them out: two seeds of MLM and AG
+    pre-training, a fine-tune started from each, a multitask run, and a plain fine-tune."""
+    root = tmp_path_factory.mktemp("runs")
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n".join(generated_corpus(600)) + "\n")
+    for method in ("mlm", "ag"):
+        for seed in (0, 1):
+            out = root / "04" / f"method={method},seed={seed}"
+            pretrain(PretrainConfig(method=method, seed=seed, corpus=str(corpus), output_dir=str(out), max_steps=8,
+                                    num_layers=2, hidden_size=32, num_heads=4, intermediate_size=64, max_len=16,
+                                    batch_size=16, eval_every=4, eval_blocks=16, ag_head_types="0,1,1,1"))
+            finetune(FinetuneConfig(task="sst2", model=str(out), glue_dir=str(keyword_glue), seed=seed, epochs=1,
+                                    max_len=16, max_train_samples=32, max_eval_samples=32, batch_size=16,
+                                    output_dir=str(root / "04" / f"finetune_{method}_{seed}")))
+    train_multitask(MultitaskConfig(tasks="sst2", model=str(tiny_model_dir), glue_dir=str(keyword_glue), epochs=1,
+                                    max_len=16, max_train_samples=32, max_eval_samples=32, batch_size=16,
+                                    output_dir=str(root / "02" / "seed=0")))
+    finetune(FinetuneConfig(task="sst2", model=str(tiny_model_dir), glue_dir=str(keyword_glue), epochs=1,
+                            max_len=16, max_train_samples=32, max_eval_samples=32, batch_size=16,
+                            output_dir=str(root / "01" / "seed=0")))
+    return root
+
+
+def test_every_kind_is_collected_with_its_metrics_and_group(runs_dir, capsys):
+    assert collect.main([str(runs_dir)]) == 0
+    assert capsys.readouterr().err == ""  # nothing this repository wrote is "not a course_lib metrics.json"
+    rows = collect.collect(runs_dir)
+    by_run = {(row["run"], row["task"]): row for row in rows}
+    assert {row["kind"] for row in rows} == {"finetune", "multitask", "pretrain"}
+
+    pre = by_run["04/method=ag,seed=1", "mlm"]
+    saved = json.loads((runs_dir / "04" / "method=ag,seed=1" / "metrics.json").read_text())
+    assert saved["kind"] == "pretrain" and pre["method"] == "ag" and pre["baseline"] == "mlm"
+    assert pre["metrics"]["held-out mlm_loss"] == saved["final"]["eval_mlm_loss"]
+    assert math.isclose(pre["metrics"]["held-out perplexity"], math.exp(saved["final"]["eval_mlm_loss"]))
+
+    heads = [row for row in rows if row["kind"] == "multitask"]
+    saved = json.loads((runs_dir / "02" / "seed=0" / "metrics.json").read_text())
+    assert {row["task"] for row in heads} == {"sst2", "overall"}
+    assert by_run["02/seed=0", "sst2"]["metrics"] == {"dev accuracy": saved["dev"]["sst2"]["dev"]["accuracy"]}
+    assert by_run["02/seed=0", "overall"]["metrics"] == {"dev overall": saved["overall"]}
+
+    linked = by_run["04/finetune_ag_1", "sst2"]
+    assert linked["pretrained"] == "04/method=ag,seed=1" and linked["method"] == "vanilla (ag-pretrained)"
+    assert by_run["01/seed=0", "sst2"]["method"] == "vanilla" and "pretrained" not in by_run["01/seed=0", "sst2"]
+
+    groups = {(g["kind"], g["task"], g["method"]): g for g in collect.summarize(rows)}
+    assert groups["pretrain", "mlm", "ag"]["seeds"] == [0, 1]  # the two seeds of one recipe form one group
+    assert groups["finetune", "sst2", "vanilla (mlm-pretrained)"]["seeds"] == [0, 1]
+    table = (runs_dir / "results.md").read_text()
+    for title in ("## Fine-tuning", "## Multitask", "## MLM pre-training", "## Each method against its baseline"):
+        assert title in table
+    assert "2.29 mlm_loss (Deshpande & Narasimhan 2020, Tab. 3" in table  # the paper column of AG's row
+
+
+def test_pretraining_and_its_fine_tunes_are_paired_against_plain_mlm(runs_dir):
+    rows = collect.collect(runs_dir)
+    tests = {(t["kind"], t["method"]): t for t in collect.paired_tests(rows)}
+    loss = {(r["method"], r["config"]["seed"]): r["metrics"]["held-out mlm_loss"] for r in rows if r["kind"] == "pretrain"}
+    ag = tests["pretrain", "ag (ag_head_types=0,1,1,1)"]  # a method option off its default names the row
+    assert ag["baseline"] == "mlm" and ag["pairs"] == 2 and ag["lower_is_better"]
+    assert math.isclose(ag["mean_difference"], (loss["ag", 0] + loss["ag", 1] - loss["mlm", 0] - loss["mlm", 1]) / 2)
+    downstream = tests["finetune", "vanilla (ag-pretrained)"]
+    assert downstream["baseline"] == "vanilla (mlm-pretrained)" and downstream["pairs"] == 2
+
+
+def write(folder, result: dict) -> None:
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text(json.dumps(result))
+
+
+def pretrain_result(method: str, seed: int, loss: float) -> dict:
+    return {"kind": "pretrain", "status": "complete", "method": method, "eval_curve": [],
+            "config": {"method": method, "seed": seed, "output_dir": f"x/{method}{seed}"},
+            "final": {"eval_mlm_loss": loss, "eval_ag_loss": 0.1}}
+
+
+def test_a_paired_test_on_a_loss_prefers_the_lower_value_and_holm_corrects_the_table(tmp_path):
+    mlm, ag = [3.0, 3.2, 3.1, 3.4], [2.8, 3.1, 2.9, 3.1]  # AG lower in every seed: better
+    for seed, (a, b) in enumerate(zip(mlm, ag)):
+        write(tmp_path / f"mlm{seed}", pretrain_result("mlm", seed, a))
+        write(tmp_path / f"ag{seed}", pretrain_result("ag", seed, b))
+    accuracy = {"vanilla": [0.80, 0.82, 0.81, 0.79], "asa": [0.79, 0.80, 0.82, 0.77]}
+    for method, values in accuracy.items():
+        for seed, value in enumerate(values):
+            write(tmp_path / f"{method}{seed}", {
+                "kind": "finetune", "status": "complete", "task": "sst2", "main_metric": "accuracy",
+                "config": {"task": "sst2", "method": method, "seed": seed}, "dev": {"accuracy": value}})
+    tests = {t["method"]: t for t in collect.paired_tests(collect.collect(tmp_path))}
+    assert tests["ag"]["mean_difference"] < 0 and tests["ag"]["better"] is True
+    assert tests["asa"]["mean_difference"] < 0 and tests["asa"]["better"] is False  # accuracy: higher is better
+    p = {m: stats.ttest_rel(*pair).pvalue for m, pair in (("ag", (ag, mlm)), ("asa", tuple(accuracy.values())[::-1]))}
+    assert math.isclose(tests["ag"]["p_value"], p["ag"]) and math.isclose(tests["asa"]["p_value"], p["asa"])
+    low, high = sorted(p.values())
+    holm = {m: (2 * v if v == low else max(2 * low, high)) for m, v in p.items()}  # m = 2 tests
+    assert all(math.isclose(tests[m]["p_holm"], min(1.0, holm[m])) for m in p)
+
+
+@pytest.mark.parametrize("content", ['{"status": "comp', '{"accuracy": 0.9}', "[1, 2]",
+                                     '{"kind": "distillation", "status": "complete"}'])
+def test_a_truncated_or_foreign_metrics_file_is_skipped_with_one_line_naming_it(tmp_path, capsys, content):
+    write(tmp_path / "good", pretrain_result("mlm", 0, 3.0))
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "metrics.json").write_text(content)
+    rows = collect.collect(tmp_path)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert [r["run"] for r in rows] == ["good"]
+    assert len(err) == 1 and err[0].startswith(f"warning: skipping {tmp_path / 'odd' / 'metrics.json'}: ")
+
+
+def test_files_written_before_kind_existed_are_still_recognised():
+    assert kind_of({"config": {}, "task": "sst2", "dev": {}}).name == "finetune"
+    assert kind_of({"config": {}, "tasks": ["sst2"], "dev": {}}).name == "multitask"
+    assert kind_of({"config": {}, "eval_curve": [], "final": {}}).name == "pretrain"
+    assert kind_of({"kind": "other", "config": {}, "task": "sst2"}) is None
