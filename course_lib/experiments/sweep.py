@@ -8,7 +8,9 @@ The grid file (YAML) names the command, the settings every run shares, and the l
 
 With `command: notebook` the keys are `notebook`, `preset`, `kernel` and the notebook's parameters
 (`grid: {notebook: [01_kou2020_ssa, 03_cui2019_sparse_attention], preset: [cpu], seed: [0, 1, 2]}`), and
-each run executes `python -m course_lib.notebooks run` (papermill) into its folder.
+each run executes `python -m course_lib.notebooks run` (papermill) into its folder. `task_overrides: {rte: {lr:
+3.0e-5}}` (finetune) and `notebook_overrides: {06_results: {runs_dir: ...}}` (notebook) set fields for one task
+or notebook only.
 
 Every run is validated (`FinetuneConfig.from_dict`, `NotebookRun.from_dict`) before anything starts. A run
 lives in its own folder, named by its grid values (`task=sst2,method=vanilla,seed=0`) under the output
