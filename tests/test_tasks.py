@@ -17,7 +17,8 @@ from course_lib.training.finetune import finetune
 def test_every_glue_task_is_a_preset_of_the_sentence_family():
     assert {name for name, task in TASKS.items() if task.family == "sentence"} >= set(glue.GLUE_TASKS)
     assert get_task("SST-2") is glue.GLUE_TASKS["sst2"] and get_task("sts-b") is glue.GLUE_TASKS["stsb"]
-    with pytest.raises(UsageError, match=r"unknown task 'sst3' \(valid: anli, cola, conll2003, custom, "):
+    valid = r"anli, cola, conll2003, cs224n_cfimdb, cs224n_para, cs224n_sst, cs224n_sts, custom, "
+    with pytest.raises(UsageError, match=r"unknown task 'sst3' \(valid: " + valid):
         get_task("sst3")
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from course_lib.errors import UsageError, choice_error
-from course_lib.tasks import glue, multiple_choice, sentence, sentence_files, span_qa, squad, tagging
+from course_lib.tasks import cs224n, glue, multiple_choice, sentence, sentence_files, span_qa, squad, tagging
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,6 @@ register_family(TaskFamily(
     write_predictions=multiple_choice.write_predictions, predictions_suffix="tsv", length=multiple_choice.length,
     custom=multiple_choice.custom))
 for _task in (*glue.GLUE_TASKS.values(), *span_qa.SQUAD_TASKS, *sentence_files.PRESETS, *tagging.PRESETS,
-              *multiple_choice.PRESETS):
+              *multiple_choice.PRESETS, *cs224n.PRESETS):
     register_task(_task)
 TASKS[CustomTask.name] = CustomTask()  # bound by --task-type to a family (run_task)
