@@ -47,15 +47,8 @@ def attention_maps(maps: dict, tokens: list[str], suptitle: str = ""):
 
 def line(x, ys: dict, xlabel: str, ylabel: str, ax=None, title: str = "", logy: bool = False, marker="o"):
     """One line per entry of ys ({name: values}), sharing x: loss curves, sparsity against lambda, ..."""
-    ax = _axes(ax)
-    for name, values in ys.items():
-        ax.plot(x, _numpy(values), marker=marker, markersize=3, label=name)
-    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
-    if logy:
-        ax.set_yscale("log")
-    if len(ys) > 1:
-        ax.legend()
-    return ax
+    return curves({name: (x, values) for name, values in ys.items()}, xlabel, ylabel, ax, title, logy, marker,
+                  size=(6, 4))
 
 
 def token_scores(tokens: list[str], scores, ax=None, title: str = "", label: str = "score"):
@@ -141,11 +134,12 @@ def seeds_by_method(points: list[dict], baselines: set[str], ncols: int = 3, sup
     return axes
 
 
-def curves(named: dict, xlabel: str, ylabel: str, ax=None, title: str = "", logy: bool = False):
+def curves(named: dict, xlabel: str, ylabel: str, ax=None, title: str = "", logy: bool = False, marker="o",
+           size=(7, 4)):
     """One line per entry of named ({name: (x, y)}), each with its own x: runs' curves of unequal length."""
-    ax = _axes(ax, (7, 4))
+    ax = _axes(ax, size)
     for name, (x, y) in named.items():
-        ax.plot(x, _numpy(y), marker="o", markersize=3, label=name)
+        ax.plot(x, _numpy(y), marker=marker, markersize=3, label=name)
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     if logy:
         ax.set_yscale("log")
