@@ -65,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, config_cls, what in (
             ("finetune", FinetuneConfig, "fine-tune BERT on a GLUE task"),
             ("pretrain", PretrainConfig, "pre-train a small BERT from scratch: MLM, or MLM + AG"),
-            ("multitask", MultitaskConfig, "one BERT, a head per GLUE task, a task schedule, SSA per task")):
+            ("multitask", MultitaskConfig, "one BERT, a head per task, a task schedule, SSA per task "
+                                            "(--cs224n: the CS224N default project's data and deliverables)")):
         command = commands.add_parser(name, help=what, description=what,
                                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         _add_config_options(command, config_cls)
@@ -128,6 +129,11 @@ def _train(command: str, cfg) -> dict:
 
         result = pretrain(cfg)
         return {"method": result["method"], "corpus": result["corpus"]["source"], **result["final"]}
+    if cfg.cs224n:
+        from course_lib.training.cs224n_project import PREDICTIONS, run_cs224n
+
+        result = run_cs224n(cfg)
+        return {**result["cs224n"], "predictions": f"{cfg.output_dir}/{PREDICTIONS}"}
     from course_lib.training.multitask import train_multitask
 
     result = train_multitask(cfg)

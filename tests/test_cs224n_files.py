@@ -163,8 +163,8 @@ def test_the_folder_comes_from_data_dir_else_the_variable(tmp_path, monkeypatch)
 
 
 def test_no_folder_says_how_to_obtain_the_data(tmp_path):
-    with pytest.raises(UsageError, match=r"no train data: give --train-file FILE or set CS224N_DATA_DIR .*"
-                                         r"the course's data folder \(ids-sst-train\.csv") as err:
+    with pytest.raises(UsageError, match=r"cs224n_para: no data folder: give --data-dir DIR or set CS224N_DATA_DIR "
+                                         r"\(the course's data folder, holding quora-train\.csv") as err:
         run_task(FinetuneConfig(task="cs224n_para"))
     assert "\n" not in str(err.value) and "quora-train.csv" in str(err.value)
     with pytest.raises(UsageError, match=r"the train file of .*quora-train\.csv' does not exist"):

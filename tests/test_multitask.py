@@ -217,10 +217,14 @@ def test_each_task_whose_dev_predictions_are_constant_is_named(tiny_model_dir, t
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"tasks": "sst2,mrcp"}, "unknown GLUE task 'mrcp' (valid: cola, mnli, mrpc, qnli, qqp, rte, sst2, stsb, wnli)"),
+    ({"tasks": "sst2,mrcp"}, "unknown task 'mrcp' (valid: anli, cola, conll2003, cs224n_cfimdb, cs224n_para,"),
     ({"schedule": "random"}, "unknown schedule 'random' (valid: annealed, proportional, round_robin)"),
     ({"ssa": "sst2,cola"}, "unknown SSA task 'cola' (valid: all, none, rte, sst2, stsb)"),
-    ({"tasks": "sst2,SST-2"}, "must name distinct GLUE tasks"),
+    ({"tasks": "sst2,SST-2"}, "must name distinct task presets"),
+    ({"pair_encoding": "siamese"}, "unknown pair_encoding 'siamese' (valid: cross, separate)"),
+    ({"option": "freeze"}, "unknown option 'freeze' (valid: finetune, pretrain)"),
+    ({"tasks": "sst2,stsb", "cs224n": True}, "--cs224n trains cs224n_sst,cs224n_para,cs224n_sts"),
+    ({"cs224n": True, "ssa": "cs224n_para"}, "SSA on cs224n_para needs --pair-encoding cross"),
     ({"schedule_alpha_end": 1.5}, "MultitaskConfig.schedule_alpha_end must be in [0, 1], got 1.5"),
     ({"epoch": 2}, "unknown MultitaskConfig option 'epoch'"),
 ])

@@ -62,6 +62,9 @@ class CourseTask(FileSentenceTask):
 
     def resolved(self, cfg) -> CourseTask:
         """Its files for the run. Not `file_layout`'s suffix rule: a course `.csv` is tab-separated."""
+        if sources.folder(self.source, cfg) is None and not getattr(cfg, "train_file", None):
+            raise UsageError(f"{self.name}: no data folder: give --data-dir DIR or set {ENV} (the course's data "
+                             f"folder, holding {self.source.files['train']} and the other tasks' files)")
         try:
             paths = sources.split_paths(self.source, cfg)
         except UsageError as err:

@@ -66,13 +66,15 @@ class TrainingRunConfig(Validated):
     ssa_share_weight: bool = True  # SSA: one token-head output layer for every position (False: per position)
     ssa_first_epoch_loss: bool = True  # SSA, code labels: epoch 1 trains the token head on all-ones labels
     #   (the authors' code); False leaves epoch 1 to the task loss, until probed labels exist
+    doc_stride: int = 128  # span QA: context tokens shared by consecutive windows over a long paragraph
+    max_query_length: int = 64  # span QA: question tokens kept; longer questions are cut
     ssa_probe_bf16: bool = False  # SSA: probe under bfloat16 autocast (about 2x faster on CPUs with AVX512-BF16
     #   or AMX, and on GPUs); a borderline prediction may then differ from the fp32 probe's
 
     def validate(self) -> None:
         from course_lib.errors import choice_error
 
-        positive(self, "epochs", "max_len", "batch_size", "eval_batch_size", "lr")
+        positive(self, "epochs", "max_len", "batch_size", "eval_batch_size", "lr", "doc_stride", "max_query_length")
         optional_positive(self, "max_train_samples", "max_eval_samples")
         fraction(self, "warmup_ratio", "classifier_dropout")
         non_negative(self, "weight_decay", "max_grad_norm", "save_every")
@@ -96,8 +98,6 @@ class FinetuneConfig(TrainingRunConfig):
     label_column: str | None = None  # sentence files: the label column (default "label")
     labels: str | None = None  # classification files: the label set, comma list (None: the training file's
     #   labels, sorted; numbers sort as numbers)
-    doc_stride: int = 128  # span QA: context tokens shared by consecutive windows over a long paragraph
-    max_query_length: int = 64  # span QA: question tokens kept; longer questions are cut
     output_dir: str = "runs/finetune"  # checkpoints, weights and metrics.json; a rerun resumes from here
     method: str = "vanilla"  # the attention method fine-tuned, a name in the method registry (vanilla: plain BERT)
     sparsegen_lambda: float = -4.0  # ssaf: sparsegen-lin's lambda (Cui et al. 2019 use -4 on SST-2)
@@ -121,7 +121,6 @@ class FinetuneConfig(TrainingRunConfig):
         super().validate()
         fraction(self, "bernoulli_p", "ssa_threshold")
         non_negative(self, "asa_tau")
-        positive(self, "doc_stride", "max_query_length")
         unit_interval(self, "ssa_cls_weight")
         if not self.sparsegen_lambda < 1:
             raise UsageError(f"FinetuneConfig.sparsegen_lambda must be < 1, got {self.sparsegen_lambda!r}")
@@ -202,51 +201,83 @@ PRETRAIN_METHODS = ("mlm", "ag")
 
 @dataclass
 class MultitaskConfig(TrainingRunConfig):
-    """One multitask run: a shared BERT, a head per GLUE task, a schedule across tasks, SSA-Co per task.
+    """One multitask run: a shared BERT, a head per task, a schedule across tasks, SSA-Co per task.
 
-    The CS224N default project's setup (sentiment, paraphrase, similarity) on any GLUE tasks; the schedules
-    are Stickland & Murray (2019)'s. The fields shared with FinetuneConfig (TrainingRunConfig's) mean the same
+    The CS224N default project's setup (sentiment, paraphrase, similarity) on any sentence-family presets (GLUE's,
+    the course's own files with --cs224n), plus span QA (the report's SQuAD 2.0 head); the schedules are
+    Stickland & Murray (2019)'s. The fields shared with FinetuneConfig (TrainingRunConfig's) mean the same
     thing, per task.
     """
 
-    tasks: str = "sst2,rte,stsb"  # comma list of GLUE tasks, one head each (e.g. sst2,qqp,stsb)
+    tasks: str | None = None  # comma list of task presets, one head each (None: sst2,rte,stsb; with --cs224n:
+    #   cs224n_sst,cs224n_para,cs224n_sts; e.g. sst2,qqp,stsb or cs224n_sst,cs224n_para,cs224n_sts,squad_v2)
     output_dir: str = "runs/multitask"  # checkpoints, weights and metrics.json; a rerun resumes from here
     schedule: str = "proportional"  # which task each step trains: round_robin | proportional | annealed
     schedule_alpha_end: float = 0.2  # annealed: sampling exponent of the last epoch (Stickland & Murray: 0.2)
     ssa: str = "none"  # tasks trained with the SSA-Co token loss: none | all | a comma list of tasks
+    cs224n: bool = False  # the CS224N default project: its three tasks from --data-dir, its model interface, and
+    #   predictions/{sst,para,sts}-{dev,test}-output.csv in the output folder
+    data_dir: str | None = None  # the course's data folder (None: $CS224N_DATA_DIR), or another preset's folder
+    pair_encoding: str | None = None  # separate: each sentence of a pair encoded alone, a head on both [CLS]
+    #   (the course's); cross: one sequence [CLS] a [SEP] b [SEP] (BERT's). None: separate with --cs224n, else cross
+    option: str = "finetune"  # the course's --option: finetune trains everything; pretrain freezes the encoder
 
     def task_names(self) -> list[str]:
         """The tasks' registry names, in the order given ('SST-2' becomes 'sst2')."""
-        from course_lib.tasks.glue import get_task
+        from course_lib.tasks.registry import get_task
 
         return [get_task(name.strip()).name for name in self.tasks.split(",") if name.strip()]
 
     def ssa_task_names(self) -> list[str]:
         if self.ssa in ("none", "all"):
             return [] if self.ssa == "none" else self.task_names()
-        from course_lib.tasks.glue import get_task
+        from course_lib.tasks.registry import get_task
 
         return [get_task(name.strip()).name for name in self.ssa.split(",")]
 
+    def separate_pair_tasks(self) -> list[str]:
+        """The tasks whose sentence pairs are encoded one sentence at a time (pair_encoding separate)."""
+        from course_lib.tasks.registry import get_task
+
+        if self.pair_encoding != "separate":
+            return []
+        return [name for name in self.task_names() if len(getattr(get_task(name), "text_columns", ())) == 2]
+
     def validate(self) -> None:
         from course_lib.errors import choice_error
+        from course_lib.tasks.registry import get_task
 
+        if self.tasks is None:
+            self.tasks = CS224N_TASKS if self.cs224n else DEFAULT_MULTITASK_TASKS
+        if self.pair_encoding is None:
+            self.pair_encoding = "separate" if self.cs224n else "cross"
         names = self.task_names()
-        if not names or len(set(names)) < len(names):
-            raise UsageError(f"MultitaskConfig.tasks must name distinct GLUE tasks, got {self.tasks!r}")
+        if not names or len(set(names)) < len(names) or "custom" in names:
+            raise UsageError(f"MultitaskConfig.tasks must name distinct task presets, got {self.tasks!r}")
         for name in self.ssa.split(",") if self.ssa not in ("none", "all") else []:
-            if name.strip().lower().replace("-", "") not in names:
+            if get_task(name.strip()).name not in names:
                 raise choice_error("SSA task", name, ["none", "all", *names])
+        for choice, valid in (("pair_encoding", PAIR_ENCODINGS), ("option", COURSE_OPTIONS),
+                              ("schedule", MULTITASK_SCHEDULES)):
+            if getattr(self, choice) not in valid:
+                raise choice_error(choice, getattr(self, choice), valid)
+        if self.cs224n and names[:3] != CS224N_TASKS.split(","):
+            raise UsageError(f"--cs224n trains {CS224N_TASKS} (in that order, others may follow), got {self.tasks!r}")
+        both = sorted(set(self.ssa_task_names()) & set(self.separate_pair_tasks()))
+        if both:
+            raise UsageError(f"SSA on {both[0]} needs --pair-encoding cross: its token labels are positions of one "
+                             f"encoded pair (separately encoded pairs: no SSA; valid SSA tasks here: "
+                             f"{', '.join(n for n in names if n not in both) or 'none'})")
         if self.max_len is None:
-            from course_lib.tasks.glue import get_task
-
             self.max_len = max(get_task(name).max_len for name in names)
         super().validate()
         unit_interval(self, "schedule_alpha_end")
-        if self.schedule not in MULTITASK_SCHEDULES:
-            raise choice_error("schedule", self.schedule, MULTITASK_SCHEDULES)
 
 
+DEFAULT_MULTITASK_TASKS = "sst2,rte,stsb"
+CS224N_TASKS = "cs224n_sst,cs224n_para,cs224n_sts"  # sentiment, paraphrase, similarity: the course's order
+PAIR_ENCODINGS = ("separate", "cross")
+COURSE_OPTIONS = ("finetune", "pretrain")
 MULTITASK_SCHEDULES = ("round_robin", "proportional", "annealed")
 
 
@@ -294,14 +325,14 @@ def _declared_field_docs(cls) -> dict[str, str]:
 def field_choices(cls) -> dict[str, tuple[str, ...]]:
     """The valid names of the fields that take one from a registry: validate() checks them, --help lists them."""
     from course_lib.methods.ag import BOUNDARIES, REDUCTIONS
-    from course_lib.tasks.glue import GLUE_TASKS
     from course_lib.tasks.registry import TASK_TYPES, TASKS
 
     per_class = {
         FinetuneConfig: {"task": tuple(TASKS), "task_type": tuple(TASK_TYPES), "ssa_label_mode": SSA_LABEL_MODES,
                          "asa_noise": ASA_NOISE},
-        MultitaskConfig: {"tasks": tuple(GLUE_TASKS), "ssa": ("none", "all", *GLUE_TASKS),
-                          "schedule": MULTITASK_SCHEDULES, "ssa_label_mode": SSA_LABEL_MODES},
+        MultitaskConfig: {"tasks": tuple(t for t in TASKS if t != "custom"), "schedule": MULTITASK_SCHEDULES,
+                          "ssa_label_mode": SSA_LABEL_MODES, "pair_encoding": PAIR_ENCODINGS,
+                          "option": COURSE_OPTIONS},
         PretrainConfig: {"method": PRETRAIN_METHODS, "ag_reduction": REDUCTIONS, "ag_boundary": BOUNDARIES},
     }
     return {"mixed_precision": MIXED_PRECISION, "on_nonfinite_loss": NONFINITE_LOSS, **per_class.get(cls, {})}

@@ -1,10 +1,14 @@
-"""Multitask BERT: one encoder, a head per GLUE task, a schedule across tasks, SSA per task.
+"""Multitask BERT: one encoder, a head per task, a schedule across tasks, SSA per task.
 
 The CS224N default project (minBERT) trains one BERT for sentiment (SST), paraphrase (Quora) and similarity
 (SemEval STS) at once; the CS224N report "Enhancing BERT with Self-Supervised Attention" adds an SSA loss to
 every task and scores a run by the mean of the three dev metrics (quoted in notebook 02).
-Here the tasks are any GLUE tasks of the registry in `glue.py` (sst2, mrpc or qqp, stsb; rte stands in for
-paraphrase where only SST-2, CoLA, RTE and STS-B are at hand), and SSA is SSA-Co of Kou et al. (2020), not the
+Here the tasks are any presets of the task registry: GLUE's (sst2, mrpc or qqp, stsb; rte stands in for paraphrase
+where only SST-2, CoLA, RTE and STS-B are at hand), the course's own files (cs224n_sst, cs224n_para, cs224n_sts;
+`course_lib.training.cs224n_project` adds the course's interface and predictions files), and span QA (the report's
+SQuAD 2.0 head, squad_v2). A pair is one sequence [CLS] a [SEP] b [SEP] (BERT's cross-encoding), or with
+pair_encoding "separate" each sentence on its own under a bi-encoder head (`course_lib.model.pair_heads`, the
+course's default). SSA is SSA-Co of Kou et al. (2020), not the
 report's loosely described variant: per task, the token head of `course_lib.methods.ssa` learns which tokens the
 current model needs, from labels made by probing the model at the start of every epoch.
 
@@ -25,7 +29,11 @@ import torch
 from safetensors.torch import save as safetensors_save
 from torch import nn
 
+from course_lib.methods.registry import get_method
+from course_lib.model.pair_heads import SeparatePairClassifier, encode_separately
 from course_lib.tasks import glue
+from course_lib.tasks.cs224n import CourseTask
+from course_lib.tasks.registry import get_family, get_task, run_task
 from course_lib.training.config import FinetuneConfig, MultitaskConfig
 from course_lib.errors import UsageError
 from course_lib.model.heads import ClassifierOutput, SequenceClassifier
@@ -125,20 +133,38 @@ class MultitaskBert(nn.Module):
 
 
 def task_config(cfg: MultitaskConfig, name: str) -> FinetuneConfig:
-    """The single-task run of one task: the shared fields, method ssa-co for an SSA task, else vanilla."""
+    """The single-task run of one task: the shared fields, method ssa-co for an SSA task, else vanilla. The data
+    folder goes to the course's presets only: the others find theirs as they do alone (GLUE_DIR, SQUAD_DIR, ...)."""
     shared = {k: v for k, v in cfg.to_dict().items() if k in FinetuneConfig.__dataclass_fields__}
     return FinetuneConfig(**{**shared, "task": name, "output_dir": str(Path(cfg.output_dir) / name),
-                             "method": "ssa-co" if name in cfg.ssa_task_names() else "vanilla"})
+                             "method": "ssa-co" if name in cfg.ssa_task_names() else "vanilla",
+                             "data_dir": cfg.data_dir if isinstance(get_task(name), CourseTask) else None})
 
 
 def build_multitask(cfg: MultitaskConfig, encoder, tokenizer) -> MultitaskBert:
-    """Each task's head exactly as finetune builds it, in the order of cfg.tasks, on one encoder."""
-    return MultitaskBert(encoder, {name: build_classifier(task_config(cfg, name), encoder,
-                                                          glue.get_task(name), tokenizer)
-                                   for name in cfg.task_names()})
+    """Each task's head on one encoder, in the order of cfg.tasks: exactly as finetune builds it, or a
+    bi-encoder head for a pair task encoded separately. With option "pretrain" the encoder is frozen."""
+    separate = cfg.separate_pair_tasks()
+
+    def head(name: str) -> SequenceClassifier:
+        task = get_task(name)
+        if name in separate:
+            return SeparatePairClassifier(encoder, task.num_labels, cfg.classifier_dropout, tokenizer.pad_token_id)
+        return build_classifier(task_config(cfg, name), encoder, task, tokenizer)
+
+    model = MultitaskBert(encoder, {name: head(name) for name in cfg.task_names()})
+    encoder.requires_grad_(cfg.option != "pretrain")  # the course's --option pretrain: only the heads train
+    return model
 
 
-def overall_score(tasks: list[glue.GlueTask], dev: dict[str, dict]) -> float:
+def encode_task(cfg: MultitaskConfig, task, examples: list, tokenizer, training: bool) -> list[dict]:
+    """A task's features as its family encodes them, or both sentences of a pair apart (pair_encoding separate)."""
+    if task.name in cfg.separate_pair_tasks():
+        return encode_separately(examples, tokenizer, cfg.max_len)
+    return get_family(task.family).encode(examples, tokenizer, task_config(cfg, task.name), training=training)
+
+
+def overall_score(tasks: list, dev: dict[str, dict]) -> float:
     """Mean over tasks of each one's primary metric on its first dev split (SST accuracy, paraphrase accuracy,
     STS Pearson: the report's "Overall")."""
     return float(np.mean([dev[t.name][t.dev_splits[0]][t.metrics[0]] for t in tasks]))
@@ -152,7 +178,7 @@ class MultitaskJob(Job):
     """Multitask training as the loop sees it: each epoch every task's (relabelled) training set, interleaved by
     the task schedule, one task per batch; at its end each task's dev metrics and the overall score."""
 
-    def __init__(self, cfg: MultitaskConfig, tasks: list[glue.GlueTask], train: dict, dev: dict, tokenizer,
+    def __init__(self, cfg: MultitaskConfig, tasks: list, train: dict, dev: dict, tokenizer,
                  out: Path):
         self.cfg, self.tasks, self.train, self.dev, self.tokenizer, self.out = cfg, tasks, train, dev, tokenizer, out
         self.views = {t.name: task_config(cfg, t.name) for t in tasks}
@@ -167,14 +193,15 @@ class MultitaskJob(Job):
                 self.epoch_train[t.name], self.epoch_stats[t.name] = epoch_features(
                     self.views[t.name], epoch, self.train[t.name], loop.base.heads[t.name], t, self.tokenizer,
                     loop.accelerator, self.out / t.name)
-        return epoch_plan(cfg.schedule, [[len(f["input_ids"]) for f in self.epoch_train[t.name]] for t in self.tasks],
-                          cfg.batch_size, cfg.seed, epoch, cfg.epochs, cfg.schedule_alpha_end, cfg.bucket_by_length)
+        lengths = [[get_family(t.family).length(f) for f in self.epoch_train[t.name]] for t in self.tasks]
+        return epoch_plan(cfg.schedule, lengths, cfg.batch_size, cfg.seed, epoch, cfg.epochs, cfg.schedule_alpha_end, cfg.bucket_by_length)
 
     def loss(self, item):
-        name, rows = self.tasks[item[0]].name, item[1]
+        task, rows = self.tasks[item[0]], item[1]
+        name = task.name
         with self.loop.accelerator.autocast():
             loss, stats = batch_loss(self.loop.base.heads[name], [self.epoch_train[name][i] for i in rows],
-                                     self.pad_id, self.loop.accelerator)
+                                     self.pad_id, self.loop.accelerator, task.family)
         totals = self.loop.state.setdefault("epoch_totals", {}).setdefault(name, {"steps": 0, "loss": 0.0})
         totals["steps"] += 1  # skipped steps count too: the task's share of the epoch
         value = loss.item()
@@ -229,6 +256,16 @@ class MultitaskJob(Job):
         atomic_write(self.out / WEIGHTS, lambda f: f.write(safetensors_save(self.loop.base.unique_state_dict())))
 
 
+def bound_tasks(cfg: MultitaskConfig) -> list:
+    """Each task's preset bound to its files, before anything loads: a missing file, or SSA on a task family it
+    does not apply to, stops the run here."""
+    tasks = [run_task(task_config(cfg, name)) for name in cfg.task_names()]
+    for t in tasks:
+        if t.name in cfg.ssa_task_names():
+            get_method("ssa-co").check_family(t.family)
+    return tasks
+
+
 def train_multitask(cfg: MultitaskConfig) -> dict:
     """Train all tasks on one encoder, evaluate each on its dev split every epoch, checkpoint, resume;
     return the metrics.json content (per task and epoch, plus `overall`)."""
@@ -237,16 +274,16 @@ def train_multitask(cfg: MultitaskConfig) -> dict:
     if done is not None:
         return done  # the same command after completion costs nothing
     check_runnable(cfg)  # fp16 without a GPU, sequences longer than the model's positions
+    tasks = bound_tasks(cfg)
     accelerator = open_run(cfg, out, "multitask")
     seed_everything(cfg.seed)
-    tasks = [glue.get_task(name) for name in cfg.task_names()]
     encoder, tokenizer = load_pretrained(cfg.model)
     model = build_multitask(cfg, encoder, tokenizer)
     train, dev = {}, {}
     for t in tasks:
         examples, dev_examples = task_examples(task_config(cfg, t.name), t)
-        train[t.name] = glue.encode(examples, tokenizer, cfg.max_len)
-        dev[t.name] = {s: glue.encode(ex, tokenizer, cfg.max_len) for s, ex in dev_examples.items()}
+        train[t.name] = encode_task(cfg, t, examples, tokenizer, training=True)
+        dev[t.name] = {s: encode_task(cfg, t, ex, tokenizer, training=False) for s, ex in dev_examples.items()}
     for folder in (out / t.name for t in tasks if (out / t.name).is_dir()):  # task folders hold SSA's caches
         remove_stale_temporaries(folder)
     job = MultitaskJob(cfg, tasks, train, dev, tokenizer, out)
