@@ -100,3 +100,21 @@ def test_no_training_code_tests_a_method_name():
                  for number, line in enumerate(path.read_text().splitlines(), 1) if branch.search(line)]
     assert not offenders, offenders
     assert methods_dir in Path(methods.__file__).parents
+
+
+def test_the_mean_pool_control_reads_the_mean_of_real_tokens_whatever_the_padding(tiny_model_dir):
+    """mean-pool's head: linear(mean over the unpadded tokens' last hidden states); extra padding changes nothing."""
+    from course_lib.tasks import glue
+
+    encoder, tokenizer = load_pretrained(str(tiny_model_dir))
+    model = get_method("mean-pool").build_model(FinetuneConfig(method="mean-pool"), encoder, 2, tokenizer).eval()
+    features = glue.encode([glue.Example(("a fine film",), 1), glue.Example(("dull, and far too long",), 0)],
+                           tokenizer, 32)
+    batch = glue.collate(features, tokenizer.pad_token_id)
+    with torch.no_grad():
+        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
+        for i, f in enumerate(features):
+            alone = torch.tensor([f["input_ids"]])
+            states = encoder(alone).last_hidden_state[0]
+            torch.testing.assert_close(logits[i], model.classifier(states.mean(0)), atol=1e-5, rtol=0)
+    assert get_method("mean-pool").families == ("sentence",)

@@ -13,6 +13,7 @@ line here (or in a user's file: `register(Method(...))` before `finetune`).
     ssa-co           self-supervised attention, co-training (Kou et al.)   course_lib/methods/ssa.py
     ssa-hybrid       SSA with the importance-pooling layer (Kou et al.)    course_lib/methods/ssa.py
     bert-mask        SSA's masked-copy augmentation baseline (Kou et al.)  course_lib/methods/ssa.py
+    mean-pool        vanilla with a mean-pooling head: a control, not a paper  course_lib/model/heads.py
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from course_lib.methods import asa
 from course_lib.methods import ssa
 from course_lib.methods import ssaf
 from course_lib.errors import UsageError, choice_error
+from course_lib.model.heads import MeanPoolClassifier
 from course_lib.tasks.glue import SENTENCE
 
 
@@ -99,3 +101,6 @@ register(Method("ssa-hybrid", "self-supervised attention with importance pooling
                 epoch_data=ssa.ssa_epoch_data, token_labels=True, families=(SENTENCE,)))
 register(Method("bert-mask", "masked copies with their gold labels, SSA's baseline (Kou et al. 2020)",
                 epoch_data=ssa.bert_mask_epoch_data, families=(SENTENCE,)))
+register(Method("mean-pool", "vanilla with the head on the mean token vector, not [CLS] (a control)",
+                build_model=lambda cfg, encoder, num_labels, tokenizer: MeanPoolClassifier(
+                    encoder, num_labels, cfg.classifier_dropout), families=(SENTENCE,)))

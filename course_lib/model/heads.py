@@ -69,6 +69,20 @@ class SequenceClassifier(nn.Module):
         return nn.functional.cross_entropy(logits.float(), labels)
 
 
+class MeanPoolClassifier(SequenceClassifier):
+    """`SequenceClassifier` on the mean of the last layer's token vectors (padding left out) instead of the pooled
+    [CLS]: dropout → linear, the same loss. The packaged MiniLM was trained as a sentence encoder through mean
+    pooling (Reimers & Gurevych 2019), so its [CLS] row was never a trained summary; this head is the control that
+    tells a method's gain from the mere use of every token (SSA-Hybrid's pooling also reads them all)."""
+
+    def logits(self, input_ids, attention_mask=None, token_type_ids=None,
+               **encoder_kwargs) -> tuple[torch.Tensor, BertOutput]:
+        out = self.encoder(input_ids, attention_mask, token_type_ids, **encoder_kwargs)
+        mask = (torch.ones_like(input_ids) if attention_mask is None else attention_mask).unsqueeze(-1)
+        mean = (out.last_hidden_state * mask).sum(1) / mask.sum(1).clamp(min=1)
+        return self.classifier(self.dropout(mean)), out
+
+
 class SpanHead(nn.Module):
     """BERT's span question answering head (Devlin et al. 2019, Sec. 4.2): one linear layer gives every token a
     start score and an end score; the answer is the best-scoring start..end pair (decoding is the task family's).
