@@ -14,7 +14,8 @@ from course_lib.teaching import check
 from course_lib.errors import UsageError
 from course_lib.training.optim import AdamW
 
-RESTORED = ("q1b", "q3c")  # answers put back into one student copy
+RESTORED = ("q1b", "q3c", "q4b")  # answers put back into one student copy (q4b: without q1 and q4a, which
+#   its checks must not need)
 
 
 def run_in(folder: Path, *args: str) -> subprocess.CompletedProcess:
@@ -70,7 +71,8 @@ def test_references_are_up_to_date(tmp_path):
 def test_student_copy_imports_and_every_public_check_raises_not_implemented(student, manifest):
     files = set(tree(student))
     assert not any(f.startswith(assignment.STAFF_ONLY) for f in files)
-    assert {"assignment/manifest.json", "STRUCTURE.md", "course_lib/teaching/assignment_refs/references.safetensors"} <= files
+    assert {"assignment/manifest.json", "STRUCTURE.md",
+            "course_lib/teaching/assignment_refs/references.safetensors"} <= files
     assert not any(assignment.BEGIN in (student / f).read_text() for f in files if f.endswith(".py"))
     for q in manifest["questions"]:
         for function in q["functions"]:
@@ -114,6 +116,20 @@ def test_restored_answers_earn_exactly_their_points_and_nothing_else(student, ma
             assert all(c["error"].startswith(f"NotImplementedError: {q['id']}: ") for c in q["checks"]), q
 
 
+def test_pair_head_questions_ask_for_the_multitask_functions(manifest):
+    """q4a-q4c (the CS224N project's pair heads) follow q3d, each with its function, public and hidden checks."""
+    questions = {q["id"]: q for q in manifest["questions"]}
+    ids = [q["id"] for q in manifest["questions"]]
+    assert ids[ids.index("q3d"):ids.index("q3d") + 4] == ["q3d", "q4a", "q4b", "q4c"]
+    assert {qid: questions[qid]["functions"] for qid in ("q4a", "q4b", "q4c")} == {
+        "q4a": ["course_lib/model/pair_heads.py:combine_pair"],
+        "q4b": ["course_lib/model/pair_heads.py:SeparatePairClassifier.pair_logits"],
+        "q4c": ["course_lib/training/cs224n_project.py:CourseModel.predict_paraphrase"]}
+    for qid in ("q4a", "q4b", "q4c"):
+        kinds = [c["hidden"] for c in questions[qid]["checks"]]
+        assert kinds.count(False) >= 2 and kinds.count(True) >= 1, qid
+
+
 def test_build_is_deterministic_and_refuses_a_used_folder(tmp_path, capsys):
     first, second = tmp_path / "first", tmp_path / "second"
     assignment.build(first)
@@ -152,8 +168,9 @@ def test_adamw_matches_torch_over_several_steps_with_weight_decay():
 
     ours = AdamW(groups(model), lr=1e-2, betas=(0.85, 0.995), eps=1e-7)
     theirs = torch.optim.AdamW(groups(twin), lr=1e-2, betas=(0.85, 0.995), eps=1e-7)
-    assert {k: AdamW([torch.zeros(1)]).defaults[k] for k in ("lr", "betas", "eps", "weight_decay")} == \
-        {k: torch.optim.AdamW([torch.zeros(1)]).defaults[k] for k in ("lr", "betas", "eps", "weight_decay")}
+    # eps and weight_decay are given to both: their defaults differ (CS224N's 1e-6 and 0.0, torch's 1e-8 and 1e-2)
+    assert {k: AdamW([torch.zeros(1)]).defaults[k] for k in ("lr", "betas")} == \
+        {k: torch.optim.AdamW([torch.zeros(1)]).defaults[k] for k in ("lr", "betas")}
     for _ in range(8):
         x, y = torch.randn(16, 5), torch.randn(16, 2)
         for m, opt in ((model, ours), (twin, theirs)):

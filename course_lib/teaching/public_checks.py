@@ -1,13 +1,16 @@
 """The assignment's questions and their public checks: `python -m course_lib.check q1a` runs them.
 
-A check with `inputs` draws them once from a seeded generator; `python -m course_lib.teaching.assignment make-references`
-stores them with the reference solution's outputs, so every machine checks the same numbers. Inputs are
-float64, so any correct order of operations lands far inside the tolerance. The code under test is imported
-inside each check: a question you have not written yet cannot break the checks of another.
+A check with `inputs` draws them once from a seeded generator;
+`python -m course_lib.teaching.assignment make-references` stores them with the reference solution's outputs, so
+every machine checks the same numbers. Inputs are float64, so any correct order of operations lands far inside
+the tolerance. The code under test is imported inside each check: a question you have not written yet cannot
+break the checks of another (the q4 checks run the pair heads on `StandInEncoder`, not on q1's BERT).
 """
+import contextlib
+
 import torch
 
-from course_lib.teaching.check import check, compare
+from course_lib.teaching.check import CheckFailed, check, compare
 
 QUESTIONS = {  # id: title. Which functions each one asks for: the `[id]` docstrings (see STRUCTURE.md)
     "q1a": "scaled dot-product attention with masking",
@@ -19,6 +22,9 @@ QUESTIONS = {  # id: title. Which functions each one asks for: the `[id]` docstr
     "q3b": "gradient reversal (ASA)",
     "q3c": "the SSA pooling layer",
     "q3d": "the attention-guidance loss (AG)",
+    "q4a": "the pair features (u, v, |u - v|, u * v)",
+    "q4b": "the bi-encoder pair head: both sides in one encoder call",
+    "q4c": "the paraphrase head as one logit",
 }
 
 ATOL = 1e-10  # float64 throughout; a wrong formula is off by far more
@@ -165,13 +171,15 @@ def adamw_update_four_steps(x):
 
 @check("q2a", points=2)
 def adamw_class_matches_torch():
-    """course_lib.training.optim.AdamW against torch.optim.AdamW: 5 steps, two groups, weight decay on one of them."""
+    """course_lib.training.optim.AdamW against torch.optim.AdamW: 5 steps, two groups, weight decay on one of them,
+    the same eps given to both (their defaults differ)."""
     from course_lib.training.optim import AdamW
 
     g = torch.Generator().manual_seed(1)
     start = [randn(g, 4, 3), randn(g, 3)]
     ours, theirs = ([p.clone().requires_grad_() for p in start] for _ in range(2))
-    optimizers = [cls([{"params": [w], "weight_decay": 0.1}, {"params": [b], "weight_decay": 0.0}], lr=0.05)
+    optimizers = [cls([{"params": [w], "weight_decay": 0.1}, {"params": [b], "weight_decay": 0.0}], lr=0.05,
+                      eps=1e-8)
                   for cls, (w, b) in ((AdamW, ours), (torch.optim.AdamW, theirs))]
     for step in range(5):
         x = randn(g, 6, 4)
@@ -299,3 +307,231 @@ def ag_loss_mean(x):
 def ag_loss_frobenius(x):
     """The same maps with the paper's Frobenius reduction."""
     return _ag_loss(x, "frobenius")
+
+
+# ---------------------------------------------------------------- q4: the pair heads (stand-in encoder, helpers)
+
+
+class StandInEncoder(torch.nn.Module):
+    """BertModel's call and output for the q4 checks, without q1's code (so q4 can come first): the pooled
+    output is tanh(W m + b), m the mean over the real tokens of word (+ token type) + position embeddings. It
+    depends on every real token and on where it sits, never on padding. `calls` records each call's ids shape."""
+
+    def __init__(self):
+        super().__init__()
+        self.config = cfg = tiny_config()
+        self.word = torch.nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.token_type = torch.nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
+        self.position = torch.nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
+        self.pooler = torch.nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.calls = []
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, **unused):
+        from course_lib.model.bert import BertOutput
+
+        self.calls.append(tuple(input_ids.shape))
+        x = self.word(input_ids) + self.position.weight[: input_ids.shape[1]]
+        if token_type_ids is not None:
+            x = x + self.token_type(token_type_ids)
+        real = (torch.ones_like(input_ids) if attention_mask is None else attention_mask).to(x.dtype)[..., None]
+        return BertOutput(x, torch.tanh(self.pooler((x * real).sum(1) / real.sum(1))))
+
+
+def randomize(module: torch.nn.Module, g: torch.Generator) -> torch.nn.Module:
+    """The module in float64 and eval mode with random parameters (shared ones drawn once)."""
+    module.double().eval()
+    with torch.no_grad():
+        for param in module.parameters():
+            param.copy_(0.5 * randn(g, *param.shape))
+    return module
+
+
+def pair_side(g: torch.Generator, lengths: tuple, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One side of a batch of pairs as the course's loader gives it: ids and mask (B, width), each row
+    [CLS] tokens [SEP] of the given length, then padding on the right."""
+    n, pos = torch.tensor(lengths)[:, None], torch.arange(width)
+    ids = torch.randint(3, 20, (len(lengths), width), generator=g)
+    ids = torch.where(pos == 0, CLS, torch.where(pos == n - 1, SEP, ids))
+    return ids.masked_fill(pos >= n, PAD), (pos < n).long()
+
+
+def pair_features(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """(u, v, |u - v|, u * v) for the q4b checks' expected values, and as combine_pair while they run."""
+    return torch.cat([u, v, (u - v).abs(), u * v], dim=-1)
+
+
+@contextlib.contextmanager
+def own_combine_pair():
+    """combine_pair replaced by the checks' own while a q4b check runs: q4b's checks need no q4a answer."""
+    from course_lib.model import pair_heads
+
+    saved, pair_heads.combine_pair = pair_heads.combine_pair, pair_features
+    try:
+        yield
+    finally:
+        pair_heads.combine_pair = saved
+
+
+# ---------------------------------------------------------------- q4a: combine_pair
+
+
+@check("q4a", points=1, atol=ATOL, inputs=lambda g: {"u": randn(g, 3, 5), "v": randn(g, 3, 5)})
+def combine_pair_values(x):
+    """(B, d) = (3, 5) twice → (3, 20)."""
+    from course_lib.model.pair_heads import combine_pair
+
+    return {"features": combine_pair(x["u"], x["v"])}
+
+
+def _combined(u, v):
+    from course_lib.model.pair_heads import combine_pair
+
+    out = combine_pair(u, v)
+    want = (*u.shape[:-1], 4 * u.shape[-1])
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
+        raise CheckFailed(f"combine_pair of two {tuple(u.shape)} tensors: got "
+                          f"{tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__}, "
+                          f"expected shape {want}")
+    return out
+
+
+@check("q4a", points=2)
+def combine_pair_blocks_in_order():
+    """(4, 6) twice → (4, 24): columns 0-5 are u, 6-11 v, 12-17 |u - v| and 18-23 u * v."""
+    g = torch.Generator().manual_seed(3)
+    u, v = randn(g, 4, 6), randn(g, 4, 6)
+    blocks = _combined(u, v).split(6, dim=-1)
+    for name, block, want in zip(("u", "v", "|u - v|", "u * v"), blocks, (u, v, (u - v).abs(), u * v)):
+        compare(f"block {name}", block, want, 1e-12)
+
+
+@check("q4a", points=1)
+def combine_pair_symmetric_part():
+    """Swapping the sentences swaps the first two blocks and leaves |u - v| and u * v as they are."""
+    g = torch.Generator().manual_seed(4)
+    u, v = randn(g, 5, 3), randn(g, 5, 3)
+    forward, backward = _combined(u, v), _combined(v, u)
+    compare("combine_pair(v, u)[:, :6] against (v, u)", backward[:, :6], torch.cat([v, u], -1), 1e-12)
+    compare("combine_pair(v, u)[:, 6:] against combine_pair(u, v)[:, 6:]", backward[:, 6:], forward[:, 6:], 1e-12)
+
+
+# ---------------------------------------------------------------- q4b: SeparatePairClassifier.pair_logits
+
+
+def _pair_model(num_labels: int = 3):
+    from course_lib.model.pair_heads import SeparatePairClassifier
+
+    return SeparatePairClassifier(StandInEncoder(), num_labels, 0.1, PAD)
+
+
+def _two_calls(model, ids1, mask1, ids2, mask2):
+    """The head with each side through the encoder on its own, two `embed` calls: what one call must equal."""
+    return model.classifier(model.dropout(pair_features(model.embed(ids1, mask1), model.embed(ids2, mask2))))
+
+
+def _pair_inputs(g):
+    (ids1, mask1), (ids2, mask2) = pair_side(g, (5, 3, 4, 2), 5), pair_side(g, (4, 7, 3, 6), 7)
+    return {"ids1": ids1, "mask1": mask1, "ids2": ids2, "mask2": mask2, **random_state(_pair_model(), g)}
+
+
+@check("q4b", points=2, atol=ATOL, inputs=_pair_inputs)
+def pair_logits_values(x):
+    """Sides of (B, L) = (4, 5) and (4, 7), 3 labels, eval mode → (4, 3)."""
+    model = with_state(_pair_model(), x)
+    with own_combine_pair():
+        return {"logits": model.pair_logits(x["ids1"], x["mask1"], x["ids2"], x["mask2"])}
+
+
+@check("q4b", points=2)
+def pair_logits_match_two_encoder_calls():
+    """One encoder call on 2B rows gives what embedding each side on its own does, whichever side is wider."""
+    g = torch.Generator().manual_seed(6)
+    model = randomize(_pair_model(), g)
+    a, b = pair_side(g, (5, 3, 4, 2), 5), pair_side(g, (4, 7, 3, 6), 7)
+    with own_combine_pair():
+        for first, second in ((a, b), (b, a)):
+            compare(f"pair_logits, sides of widths {first[0].shape[1]} and {second[0].shape[1]}",
+                    model.pair_logits(*first, *second), _two_calls(model, *first, *second), 1e-10)
+
+
+@check("q4b", points=1)
+def pair_logits_ignore_right_padding():
+    """Extra padding columns (mask 0) on the right of either side, or both, change no logit."""
+    g = torch.Generator().manual_seed(7)
+    model = randomize(_pair_model(), g)
+    (ids1, mask1), (ids2, mask2) = pair_side(g, (3, 5, 2), 5), pair_side(g, (4, 2, 6), 6)
+
+    def padded(ids, mask, extra):
+        return torch.nn.functional.pad(ids, (0, extra), value=PAD), torch.nn.functional.pad(mask, (0, extra))
+
+    with own_combine_pair():
+        want = _two_calls(model, ids1, mask1, ids2, mask2)
+        for extra1, extra2 in ((4, 0), (0, 3), (2, 5)):
+            got = model.pair_logits(*padded(ids1, mask1, extra1), *padded(ids2, mask2, extra2))
+            compare(f"pair_logits with {extra1} and {extra2} padding columns added", got, want, 1e-10)
+
+
+@check("q4b", points=1)
+def pair_logits_gradient_reaches_the_encoder():
+    """Backward through pair_logits gives every parameter, the encoder's included, the two-call gradient."""
+    g = torch.Generator().manual_seed(8)
+    model = randomize(_pair_model(), g)
+    sides, weights = (*pair_side(g, (4, 2, 5), 5), *pair_side(g, (3, 6, 4), 6)), randn(g, 3, 3)
+    grads = []
+    with own_combine_pair():
+        for run in (lambda: _two_calls(model, *sides), lambda: model.pair_logits(*sides)):
+            model.zero_grad(set_to_none=True)
+            (run() * weights).sum().backward()
+            grads.append({name: p.grad for name, p in model.named_parameters()})
+    want, got = grads
+    for name in sorted(k for k, grad in want.items() if grad is not None):  # the token type table gets none
+        if got[name] is None:
+            raise CheckFailed(f"no gradient reaches {name}: is the encoder's output detached?")
+        compare(f"gradient of {name}", got[name], want[name], 1e-10)
+
+
+# ---------------------------------------------------------------- q4c: CourseModel.predict_paraphrase
+
+
+def _course_model(g):
+    """A CourseModel on the stand-in encoder whose pair heads compute their logits themselves (no q4a or q4b
+    code); the similarity head gives other numbers, so reading the wrong head fails."""
+    from course_lib.model.heads import SequenceClassifier
+    from course_lib.model.pair_heads import SeparatePairClassifier
+    from course_lib.training.cs224n_project import CourseModel
+    from course_lib.training.multitask import MultitaskBert
+
+    class SidesHead(SeparatePairClassifier):
+        def pair_logits(self, ids1, mask1, ids2, mask2):
+            u, v = self.embed(ids1, mask1), self.embed(ids2, mask2)
+            return self.classifier(torch.cat([u, v, u - v, u + v], dim=-1))
+
+    encoder = StandInEncoder()
+    heads = {"cs224n_sst": SequenceClassifier(encoder, 5), "cs224n_para": SidesHead(encoder, 2, 0.1, PAD),
+             "cs224n_sts": SidesHead(encoder, 1, 0.1, PAD)}
+    return CourseModel(randomize(MultitaskBert(encoder, heads), g), PAD)
+
+
+def _paraphrase(seed: int, lengths1: tuple, lengths2: tuple):
+    """predict_paraphrase of a random CourseModel on random pairs, and the paraphrase head's (B, 2) logits."""
+    g = torch.Generator().manual_seed(seed)
+    course = _course_model(g)
+    sides = (*pair_side(g, lengths1, max(lengths1)), *pair_side(g, lengths2, max(lengths2)))
+    got = course.predict_paraphrase(*sides)
+    with torch.no_grad():
+        return got, course.model.heads["cs224n_para"].pair_logits(*sides)
+
+
+@check("q4c", points=2)
+def paraphrase_logit_is_the_log_odds():
+    """(B,) = (6,): sigmoid(predict_paraphrase) is the head's softmax probability of class 1 (a paraphrase)."""
+    got, logits = _paraphrase(7, (4, 6, 3, 5, 2, 6), (5, 3, 6, 2, 4, 4))  # argmax 1 for pairs 0 and 4
+    compare("sigmoid(predict_paraphrase)", torch.sigmoid(got), logits.softmax(-1)[:, 1], 1e-12)
+
+
+@check("q4c", points=1)
+def paraphrase_logit_sign_is_argmax():
+    """predict_paraphrase > 0 exactly for the pairs whose argmax is class 1, over 16 pairs (10 of class 1)."""
+    lengths = (3, 4, 5, 6, 7, 2, 3, 4, 5, 6, 7, 8, 2, 5, 8, 4)
+    got, logits = _paraphrase(16, lengths, lengths[::-1])
+    compare("predict_paraphrase > 0 (1 = yes)", (got > 0).long(), (logits.argmax(-1) == 1).long(), 0.0)

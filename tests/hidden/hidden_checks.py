@@ -220,3 +220,118 @@ def ag_loss_matches_a_loop():
                 want += squared / count if reduction == "mean" else squared / len(lengths)
         got = guidance.loss(maps, ids, mask)
         compare(f"{reduction} loss", got, torch.tensor(want, dtype=f64), 1e-9 * max(1.0, math.fabs(want)))
+
+
+class _MaxPoolEncoder(torch.nn.Module):
+    """A stand-in for BertModel (no q1 code runs): pooled output tanh(W max_t(e_t) + b) over the real tokens, e_t
+    the word + type + position embedding; the call and output are BertModel's, `calls` the ids shape of each."""
+
+    def __init__(self, d=6, vocab=30, positions=16):
+        super().__init__()
+        from course_lib.model.config import BertConfig
+
+        self.config = BertConfig(vocab_size=vocab, hidden_size=d, num_attention_heads=2, intermediate_size=d,
+                                 max_position_embeddings=positions)
+        self.word, self.position = torch.nn.Embedding(vocab, d), torch.nn.Embedding(positions, d)
+        self.token_type, self.pooler = torch.nn.Embedding(2, d), torch.nn.Linear(d, d)
+        self.calls = []
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, **unused):
+        from course_lib.model.bert import BertOutput
+
+        self.calls.append(tuple(input_ids.shape))
+        x = self.word(input_ids) + self.position.weight[: input_ids.shape[1]]
+        if token_type_ids is not None:
+            x = x + self.token_type(token_type_ids)
+        if attention_mask is not None:
+            x = x.masked_fill(~attention_mask.bool()[..., None], float("-inf"))
+        return BertOutput(x, torch.tanh(self.pooler(x.max(1).values)))
+
+
+def _pair_side(lengths, width, vocab=30):
+    """ids and mask (B, width): [CLS]=1 tokens [SEP]=2 then padding 0, rows of the given lengths."""
+    n, pos = torch.tensor(lengths)[:, None], torch.arange(width)
+    ids = torch.where(pos == 0, 1, torch.where(pos == n - 1, 2, torch.randint(3, vocab, (len(lengths), width))))
+    return ids.masked_fill(pos >= n, 0), (pos < n).long()
+
+
+def _features(u, v):
+    return torch.cat([u, v, (u - v).abs(), u * v], dim=-1)
+
+
+@check("q4a", points=1, hidden=True)
+def combine_pair_leading_dims_float32_and_gradient():
+    """(2, 3, 5) float32 sides → (2, 3, 20); the gradient to u and v is the formula's."""
+    from course_lib.model.pair_heads import combine_pair
+
+    u, v, w = (randn(*shape, dtype=torch.float32) for shape in ((2, 3, 5), (2, 3, 5), (2, 3, 20)))
+    grads = []
+    for fn in (_features, combine_pair):
+        a, b = u.clone().requires_grad_(), v.clone().requires_grad_()
+        out = fn(a, b)
+        (out * w).sum().backward()
+        grads.append((out.detach(), a.grad, b.grad))
+    for name, want, got in zip(("features", "grad u", "grad v"), *grads):
+        compare(name, got, want, 1e-6)
+
+
+def _pair_classifier(num_labels, dropout):
+    from course_lib.model.pair_heads import SeparatePairClassifier
+
+    model = SeparatePairClassifier(_MaxPoolEncoder(), num_labels, dropout, pad_token_id=0)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.copy_(randn(*param.shape, dtype=torch.float32))
+    return model
+
+
+@check("q4b", points=2, hidden=True)
+def pair_logits_dropout_once_in_training():
+    """float32, training mode, dropout 0.5, a regressor (1 label), the first side the wider: dropout once, on
+    (u, v, |u - v|, u * v), after encoding each side apart."""
+    from unittest import mock
+
+    model = _pair_classifier(1, 0.5).train()
+    (ids1, mask1), (ids2, mask2) = _pair_side((9, 4, 6, 3), 9), _pair_side((3, 5, 2, 4), 5)
+    with mock.patch("course_lib.model.pair_heads.combine_pair", _features):  # no q4a code
+        torch.manual_seed(11)
+        got = model.pair_logits(ids1, mask1, ids2, mask2)
+    torch.manual_seed(11)
+    features = _features(model.embed(ids1, mask1), model.embed(ids2, mask2))
+    want = model.classifier(F.dropout(features, 0.5, training=True))
+    compare("pair_logits in training mode", got, want, 1e-5)
+
+
+@check("q4b", points=1, hidden=True)
+def pair_logits_one_encoder_call_on_2b_rows():
+    """Sides of (3, 4) and (3, 7): the encoder runs once, on 6 rows (both sides stacked), as the hints ask."""
+    from unittest import mock
+
+    model = _pair_classifier(2, 0.1).eval()
+    sides = (*_pair_side((4, 2, 3), 4), *_pair_side((7, 3, 5), 7))
+    with mock.patch("course_lib.model.pair_heads.combine_pair", _features):
+        model.pair_logits(*sides)
+    calls = model.encoder.calls
+    if len(calls) != 1 or calls[0][0] != 6:
+        raise CheckFailed(f"expected one encoder call on 6 rows, got calls with ids of shapes {calls}")
+
+
+@check("q4c", points=1, hidden=True)
+def paraphrase_logit_with_a_cross_encoded_head():
+    """pair_encoding cross: the paraphrase head reads [CLS] a [SEP] b [SEP] (`join_pair`); float32, 5 pairs."""
+    from course_lib.model.heads import SequenceClassifier
+    from course_lib.training.cs224n_project import CourseModel, join_pair
+    from course_lib.training.multitask import MultitaskBert
+
+    encoder = _MaxPoolEncoder()
+    heads = {name: SequenceClassifier(encoder, n, 0.1) for name, n in
+             (("cs224n_sst", 5), ("cs224n_para", 2), ("cs224n_sts", 1))}
+    model = MultitaskBert(encoder, heads).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.copy_(randn(*param.shape, dtype=torch.float32))
+    sides = (*_pair_side((4, 2, 6, 3, 5), 6), *_pair_side((3, 5, 4, 6, 2), 6))
+    got = CourseModel(model, pad_token_id=0).predict_paraphrase(*sides)
+    with torch.no_grad():
+        logits = heads["cs224n_para"](*join_pair(*sides, pad_token_id=0)).logits
+    compare("predict_paraphrase", got, logits[:, 1] - logits[:, 0], 1e-5)
