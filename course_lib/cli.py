@@ -111,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--report", default=None, help="reproduce: where the report goes "
                                                       "(default results/cpu_reproduction.md)")
     bench.add_argument("--shard", default=None, metavar="I/N", help="reproduce: run only the I-th of N parts")
+    bench.add_argument("--archive", default=None, metavar="DIR",
+                       help="reproduce: the results archive, where each run's metrics.json (only that file) is "
+                            "copied as the run completes, DIR/<run folder>/metrics.json (default: runs/<grid "
+                            "name> beside the report, results/runs/cpu_reproduction)")
+    bench.add_argument("--from-archive", action="store_true",
+                       help="reproduce: rebuild the report from the archive (--archive) alone, running nothing")
     return parser
 
 

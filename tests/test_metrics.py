@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy import stats
+from scipy import integrate, stats
 
 from course_lib.errors import UsageError
 from course_lib.tasks.metrics import METRICS, compute_metrics, degenerate_predictions, paired_t_test
@@ -155,3 +155,49 @@ def test_holm_adjusted_p_values_match_the_step_down_rule_by_hand():
     adjusted = holm_adjusted([0.04, None, 0.01, 0.02])
     assert adjusted[1] is None and adjusted[0] == pytest.approx(0.04) and adjusted[2] == pytest.approx(0.03)
     assert adjusted[3] == pytest.approx(0.04) and holm_adjusted([0.6, 0.5]) == pytest.approx([1.0, 1.0])
+
+
+# ----------------------------------------------------------------------------------------------
+# What a paired t-test over n seeds can detect (bench reproduce)
+
+
+def test_detectable_difference_has_the_power_asked_for():
+    from course_lib.tasks.metrics import detectable_difference
+    for n in (2, 3, 5, 10, 30):
+        delta = detectable_difference(0.02, n)
+        # power computed back from the answer, from its definition rather than scipy's nct: t = (Z + nc) / S with
+        # S^2 = V / df, V chi-square; |t| > c exactly when Z + nc lies outside +-c S, averaged over V
+        df, critical, noncentrality = n - 1, stats.t.ppf(0.975, n - 1), delta * math.sqrt(n) / 0.02
+
+        def rejected(v, df=df, critical=critical, noncentrality=noncentrality):
+            bound = critical * math.sqrt(v / df)
+            outside = stats.norm.sf(bound - noncentrality) + stats.norm.cdf(-bound - noncentrality)
+            return outside * stats.chi2.pdf(v, df)
+        power = integrate.quad(rejected, 0, np.inf, epsabs=1e-12, limit=200)[0]
+        assert power == pytest.approx(0.8, abs=1e-7)
+    # the same by simulation, with no noncentral t at all: 40000 five-seed experiments with that true difference
+    rng = np.random.default_rng(0)
+    gaps = rng.normal(detectable_difference(1.0, 5), 1.0, size=(40_000, 5))
+    t = gaps.mean(axis=1) / (gaps.std(axis=1, ddof=1) / math.sqrt(5))
+    assert np.mean(np.abs(t) > stats.t.ppf(0.975, 4)) == pytest.approx(0.8, abs=0.006)  # 3 binomial sds
+    assert detectable_difference(0.02, 3, alpha=0.01, power=0.9) > detectable_difference(0.02, 3)
+
+
+def test_detectable_difference_shrinks_with_seeds_towards_the_normal_formula():
+    from course_lib.tasks.metrics import detectable_difference
+    values = [detectable_difference(1.0, n) for n in range(2, 40)]
+    assert all(a > b for a, b in zip(values, values[1:]))
+    z = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)  # 1.960 + 0.842: the large-n limit, times sd / sqrt(n)
+    assert detectable_difference(1.0, 20_000) * math.sqrt(20_000) == pytest.approx(z, rel=1e-3)
+    assert detectable_difference(1.0, 10) * math.sqrt(10) > z * 1.1  # with 10 seeds the t's tails still cost 12%
+    assert detectable_difference(0.5, 7) == pytest.approx(detectable_difference(1.0, 7) / 2, rel=1e-12)
+    assert detectable_difference(0.0, 5) == 0.0  # no noise: any difference shows
+
+
+def test_detectable_difference_without_a_test_to_make():
+    from course_lib.tasks.metrics import detectable_difference
+    assert detectable_difference(0.02, 1) is None and detectable_difference(0.02, 0) is None
+    assert detectable_difference(math.nan, 5) is None and detectable_difference(math.inf, 5) is None
+    assert detectable_difference(None, 5) is None
+    with pytest.raises(ValueError, match="alpha < power"):
+        detectable_difference(0.02, 5, alpha=0.05, power=0.04)

@@ -56,7 +56,8 @@ from course_lib.training.config import FinetuneConfig
 from course_lib.errors import Parser, UsageError, report_errors, yaml_float_hint
 from course_lib.methods.registry import get_method
 from course_lib.experiments.notebooks import NotebookRun
-from course_lib.repro import METRICS, check_writable_dir, progress, remove_stale_temporaries, write_json
+from course_lib.repro import (METRICS, atomic_write, check_writable_dir, progress, remove_stale_temporaries,
+                              write_json)
 from course_lib.model.weights import check_model
 
 COMMANDS = {"finetune": FinetuneConfig, "notebook": NotebookRun}  # what a grid can run, and its config
@@ -421,9 +422,24 @@ def _list_runs(grid_file: str | Path, output_dir: Path, mine: list[Run], status:
     return 0
 
 
+def archive_run(run: Run, archive: str | Path | None) -> None:
+    """Copy a complete run's metrics.json, only that file, to archive/<run folder name>/metrics.json (atomically;
+    a copy already equal to it is left alone). Nothing without an archive. `sweep(..., archive=DIR)` calls it as
+    each run completes (`bench reproduce --archive DIR`), so an archive that is kept (committed) outlives the run
+    folders and a killed sweep's archive holds every run that finished."""
+    if archive is None:
+        return
+    data = (run.folder / METRICS).read_bytes()
+    target = Path(archive) / run.folder.name / METRICS
+    if not target.is_file() or target.read_bytes() != data:
+        atomic_write(target, lambda f: f.write(data))
+
+
 def sweep(grid_file: str | Path, output_dir: str | Path | None = None, shard: tuple[int, int] = (0, 1),
-          dry_run: bool = False, retry_failed: bool = True, timeout: float | None = None) -> int:
-    """Run (or, with dry_run, list) this shard's runs; return the exit code: 0 when all are complete."""
+          dry_run: bool = False, retry_failed: bool = True, timeout: float | None = None,
+          archive: str | Path | None = None) -> int:
+    """Run (or, with dry_run, list) this shard's runs; return the exit code: 0 when all are complete. With an
+    archive folder, each complete run of the shard (finished now or before) is copied there (`archive_run`)."""
     output_dir = Path(output_dir) if output_dir is not None else Path("runs/sweep") / Path(grid_file).stem
     runs = load_grid(grid_file, output_dir)
     index, count = shard
@@ -440,6 +456,8 @@ def sweep(grid_file: str | Path, output_dir: str | Path | None = None, shard: tu
     left = [r for r in mine if status[r.name] == "failed" and not retry_failed]
     todo = [r for r in mine if status[r.name] == "todo" or (status[r.name] == "failed" and retry_failed)]
     check_before_running(output_dir, todo)
+    if archive is not None:
+        check_writable_dir(archive)
     print(f"{output_dir}: {len(mine)} runs{part}: {len(todo)} to run, {len(skipped)} already complete"
           + (f", {len(left)} failed and not retried" if left else ""))
     complete, failed, busy = [], [(r, _read_json(r.folder / RUN).get("error")) for r in left], []
@@ -448,6 +466,7 @@ def sweep(grid_file: str | Path, output_dir: str | Path | None = None, shard: tu
         with claim(run.folder) as lock:
             if lock is not None:
                 _mark_complete(run)
+                archive_run(run, archive)
     for run in todo:
         run.folder.mkdir(parents=True, exist_ok=True)
         with claim(run.folder) as lock:
@@ -460,6 +479,7 @@ def sweep(grid_file: str | Path, output_dir: str | Path | None = None, shard: tu
                 record = execute(run, lock, timeout)
                 if record["status"] == "complete":
                     complete.append(run)
+                    archive_run(run, archive)
                     bar.write(f"complete  {run.name}  ({record['seconds']:.0f} s)  {_dev_summary(run)}")
                 else:
                     failed.append((run, record["error"]))

@@ -13,7 +13,8 @@ positives is 0.0, also without a warning. Such a run is not silent, though: `deg
 names it, and the training loops log its answer and keep it under `warnings` in metrics.json.
 
 `paired_t_test` compares two methods over the same seeds: the one test behind `collect.paired_tests` (the
-results tables, notebook 06, `bench reproduce`) and `bench diagnostics`.
+results tables, notebook 06, `bench reproduce`) and `bench diagnostics`; `detectable_difference` says how large
+a difference that test can find with a given number of seeds (`bench reproduce`).
 """
 
 import math
@@ -22,7 +23,7 @@ import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from scipy import stats
+from scipy import optimize, stats
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from course_lib.errors import choice_error
@@ -167,3 +168,33 @@ def holm_adjusted(p_values: Sequence[float | None]) -> list[float | None]:
         running = max(running, min(1.0, (len(tested) - rank) * p))
         adjusted[i] = running
     return adjusted
+
+
+def detectable_difference(sd_diff: float | None, n: int, alpha: float = 0.05, power: float = 0.8) -> float | None:
+    """The smallest true mean paired difference that a two-sided paired t-test over n pairs finds at level alpha
+    with the given power, when the pairs' differences have standard deviation sd_diff (in sd_diff's units).
+
+    With the true difference delta, t = mean / (s / sqrt(n)) follows a noncentral t with n - 1 degrees of freedom
+    and noncentrality delta sqrt(n) / sd_diff; the test rejects when |t| exceeds the t quantile 1 - alpha / 2.
+    The noncentrality whose rejection rate equals `power` is found with a root finder (exact, no normal
+    approximation: with few pairs the t's heavy tails matter). For large n the answer approaches
+    (z_(1 - alpha/2) + z_power) sd_diff / sqrt(n). None for n < 2 (no test) or sd_diff missing or not finite.
+    """
+    if sd_diff is None or n < 2 or not math.isfinite(sd_diff):
+        return None
+    if not 0 < alpha < 1 or not alpha < power < 1:
+        raise ValueError(f"need 0 < alpha < power < 1, got alpha={alpha} and power={power}")
+    df = n - 1
+    critical = float(stats.t.ppf(1 - alpha / 2, df))
+
+    def shortfall(noncentrality: float) -> float:  # rejection rate minus the power asked for; alpha - power at 0
+        # P(t < -critical) as P(-t > critical), the noncentrality negated: scipy's lower tail of nct turns NaN
+        # far out (df 1, noncentrality 8), its upper tail does not
+        rate = stats.nct.sf(critical, df, noncentrality) + stats.nct.sf(critical, df, -noncentrality)
+        return float(rate) - power
+
+    high = 1.0
+    while shortfall(high) < 0:
+        high *= 2
+    noncentrality = optimize.brentq(shortfall, 0.0, high, xtol=1e-12, rtol=1e-12)
+    return noncentrality * abs(float(sd_diff)) / math.sqrt(n)
