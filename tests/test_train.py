@@ -111,7 +111,7 @@ def test_nonfinite_loss_stops_and_keeps_the_checkpoint(tiny_model_dir, keyword_g
 @pytest.mark.parametrize("args, message", [
     (["--task", "sst3"], "unknown task 'sst3' (valid: anli, cola, conll2003, cs224n_cfimdb, cs224n_para, cs224n_sst, cs224n_sts, "
      "custom, dream"),
-    (["--method", "magic"], "unknown method 'magic' (valid: asa, bernoulli-mask, bert-mask, ssa-co, ssa-hybrid, ssaf, vanilla)"),
+    (["--method", "magic"], "unknown method 'magic' (valid: asa, bernoulli-mask, bert-mask, mean-pool, ssa-co, ssa-hybrid, ssaf, vanilla)"),
     (["--epochs", "two"], "argument --epochs: invalid int value: 'two'"),
     (["--frobnicate", "1"], "unknown option '--frobnicate' for finetune (valid: --asa-noise, --asa-tau, --batch-size"),
     (["--lr", "-1"], "FinetuneConfig.lr must be > 0, got -1.0"),
