@@ -146,9 +146,16 @@ def _train(command: str, cfg) -> dict:
     return {"dev": result["dev"], "overall": result["overall"]}
 
 
+def dashed(argv: list[str]) -> list[str]:
+    """Options spelled with underscores (`--batch_size 8`, as the CS224N starter scripts take them) as ours
+    (`--batch-size 8`); values are left alone."""
+    return [arg.split("=", 1)[0].replace("_", "-") + arg[len(arg.split("=", 1)[0]):] if arg.startswith("--") else arg
+            for arg in argv]
+
+
 def run(argv: list[str]) -> int:
     parser = build_parser()
-    namespace, extra = parser.parse_known_args(argv)
+    namespace, extra = parser.parse_known_args(dashed(argv))
     args = vars(namespace)
     command = args.pop("command")
     commands = parser._subparsers._group_actions[0].choices

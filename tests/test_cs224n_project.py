@@ -223,3 +223,16 @@ def test_without_a_data_folder_the_error_names_the_option_and_the_variable(tmp_p
     assert cli.main(["multitask", "--cs224n", "--output-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "--data-dir" in err and cs224n.ENV in err and len(err.splitlines()) == 1
+
+
+def test_the_course_scripts_spelling_of_options_is_accepted():
+    """`--batch_size 8` as the starter scripts spell it; values, `=` forms and positionals keep their underscores."""
+    assert cli.dashed(["multitask", "--batch_size", "8", "--data_dir=/a_b/c_d", "x_y", "--use_gpu"]) == [
+        "multitask", "--batch-size", "8", "--data-dir=/a_b/c_d", "x_y", "--use-gpu"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is visible: --use_gpu is then accepted")
+def test_use_gpu_without_a_gpu_is_one_line_and_exit_2(course_data, tmp_path, capsys):
+    assert course_run(course_data, tmp_path, "--use_gpu", "--option", "pretrain") == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: --use-gpu: no CUDA GPU is visible here (leave the flag out to train on the CPU)"

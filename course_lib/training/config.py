@@ -221,6 +221,7 @@ class MultitaskConfig(TrainingRunConfig):
     pair_encoding: str | None = None  # separate: each sentence of a pair encoded alone, a head on both [CLS]
     #   (the course's); cross: one sequence [CLS] a [SEP] b [SEP] (BERT's). None: separate with --cs224n, else cross
     option: str = "finetune"  # the course's --option: finetune trains everything; pretrain freezes the encoder
+    use_gpu: bool = False  # the course's flag: insist on a CUDA GPU (without it a GPU is still used when present)
 
     def task_names(self) -> list[str]:
         """The tasks' registry names, in the order given ('SST-2' becomes 'sst2')."""
@@ -272,6 +273,11 @@ class MultitaskConfig(TrainingRunConfig):
             self.max_len = max(get_task(name).max_len for name in names)
         super().validate()
         unit_interval(self, "schedule_alpha_end")
+        if self.use_gpu:
+            import torch
+
+            if not torch.cuda.is_available():
+                raise UsageError("--use-gpu: no CUDA GPU is visible here (leave the flag out to train on the CPU)")
 
 
 DEFAULT_MULTITASK_TASKS = "sst2,rte,stsb"
