@@ -317,9 +317,9 @@ class StandInEncoder(torch.nn.Module):
     output is tanh(W m + b), m the mean over the real tokens of word (+ token type) + position embeddings. It
     depends on every real token and on where it sits, never on padding. `calls` records each call's ids shape."""
 
-    def __init__(self):
+    def __init__(self, cfg=None):
         super().__init__()
-        self.config = cfg = tiny_config()
+        self.config = cfg = cfg or tiny_config()
         self.word = torch.nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.token_type = torch.nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
         self.position = torch.nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
@@ -333,8 +333,12 @@ class StandInEncoder(torch.nn.Module):
         x = self.word(input_ids) + self.position.weight[: input_ids.shape[1]]
         if token_type_ids is not None:
             x = x + self.token_type(token_type_ids)
-        real = (torch.ones_like(input_ids) if attention_mask is None else attention_mask).to(x.dtype)[..., None]
-        return BertOutput(x, torch.tanh(self.pooler((x * real).sum(1) / real.sum(1))))
+        real = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        return BertOutput(x, torch.tanh(self.pooler(self.pool(x, real.bool()[..., None]))))
+
+    def pool(self, x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        """(B, L, d) embeddings, (B, L, 1) real-token mask → (B, d): the mean over the real tokens."""
+        return (x * real).sum(1) / real.sum(1)
 
 
 def randomize(module: torch.nn.Module, g: torch.Generator) -> torch.nn.Module:

@@ -22,7 +22,6 @@ sentences (ids1, mask1, ids2, mask2), as the course's data loader makes them.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from torch import nn
 from course_lib.model.pair_heads import SeparatePairClassifier
 from course_lib.repro import atomic_write
 from course_lib.tasks.cs224n import CourseTask
+from course_lib.tasks.metrics import compute_metrics
 from course_lib.training.config import MultitaskConfig
 from course_lib.training.finetune import predict
 from course_lib.training.multitask import MultitaskBert, bound_tasks, encode_task, load_multitask, train_multitask
@@ -176,13 +176,8 @@ def write_deliverables(cfg: MultitaskConfig, out: Path) -> dict:
 
 
 def dev_metric(role: Role, predictions: list[float], labels: list[float]) -> float:
-    """The course's dev metric of a role: accuracy, or Pearson's r for similarity (NaN for constant predictions)."""
-    y, p = np.asarray(labels, dtype=float), np.asarray(predictions, dtype=float)
-    if role.metric == "accuracy":
-        return float(np.mean(y == p))
-    if p.std() == 0 or y.std() == 0:
-        return math.nan
-    return float(np.corrcoef(p, y)[0, 1])
+    """The course's dev metric of a role: accuracy, or Pearson's r for similarity (the repository's scorer)."""
+    return compute_metrics((role.metric,), np.asarray(predictions), np.asarray(labels))[role.metric]
 
 
 def run_cs224n(cfg: MultitaskConfig) -> dict:
