@@ -1,6 +1,7 @@
 """bench reproduce: the grid runs through the sweep, and the report's tests and verdicts are the data's."""
 import json
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -215,3 +216,38 @@ def test_holm_counts_step_down_rejections():
     assert reproduce.holm_rejections([0.001, 0.03, 0.04]) == 1  # 0.03 >= 0.05 / 2 stops the count
     assert reproduce.holm_rejections([0.01, 0.02, 0.03]) == 3  # 0.01 < .05/3, 0.02 < .05/2, 0.03 < .05
     assert reproduce.holm_rejections([0.2, 0.001]) == 1 and reproduce.holm_rejections([]) == 0
+
+
+def test_report_judges_squad_on_f1_in_points_and_finds_the_papers_row(tmp_path):
+    """SQuAD by article: judged on F1, whose official scale is 0-100 already, so detectable Δ is in the metric's
+    own points and the paper's SQuAD v1.1 row (Cui et al.: F1 88.5 -> 88.8) is the one set beside it."""
+    values = {"vanilla": [40.0, 42.0, 41.0], "ssaf": [41.0, 43.5, 41.5]}
+    for method, by_seed in values.items():
+        for seed, value in enumerate(by_seed):
+            fake_run(tmp_path, "squad_articles", method, seed, value, "f1")
+    text = reproduce.report(tmp_path, "python -m course_lib bench reproduce", "grid.yaml")
+    detectable = metrics.detectable_difference(float(np.std(np.subtract(values["ssaf"], values["vanilla"]), ddof=1)),
+                                               3)
+    row = table(text, "squad_articles")["ssaf"]
+    assert row[3] == "+1.0000" and row[6] == f"±{detectable:.4f} ({detectable:.1f} pts)"
+    assert row[7] == "+0.3 (Cui et al. 2019, Tab. 3)" and "## squad_articles (dev f1)" in text
+    assert "Does vanilla learn squad_articles? Target dev f1 ≥ 30.00: vanilla scores 41.0000" in text
+    assert "chance level here" not in text  # F1 41 is far above an empty answer's 0
+
+
+@pytest.mark.skipif(not os.environ.get("DREAM_DIR"), reason="DREAM_DIR is not set (the real DREAM files)")
+def test_dreams_chance_level_is_its_most_common_answer_position(tmp_path):
+    """A multiple-choice task's chance level is read from the dev questions the run scored: the share of the
+    most common right choice, near 1/3 for DREAM's three."""
+    from collections import Counter
+
+    from course_lib.tasks.registry import get_family, get_task
+    from course_lib.training.config import FinetuneConfig
+
+    rows = [{"config": {"task": "dream", "method": "vanilla", "seed": seed, "max_eval_samples": 600,
+                        "output_dir": str(tmp_path)}} for seed in (0, 1)]
+    chance = reproduce.chance_level(rows, "dev accuracy")
+    cfg = FinetuneConfig(task="dream", output_dir=str(tmp_path))
+    dev = get_family("multiple_choice").read(get_task("dream").bind(cfg), "dev", cfg)
+    whole = max(Counter(q.label for q in dev).values()) / len(dev)
+    assert 0.30 < chance < 0.40 and abs(chance - whole) < 0.05 and chance != whole  # 600 of 2,040, per seed

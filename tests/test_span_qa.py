@@ -132,3 +132,28 @@ def test_the_offline_article_split_comes_from_squad_dir_or_nowhere(tmp_path, mon
     train, evaluate = squad.dev_article_split(tmp_path)
     train_ids, eval_ids = ({q.id for q in squad.read_squad(f)} for f in (train, evaluate))
     assert (len(train_ids), len(eval_ids)) == (8582, 1988) and not train_ids & eval_ids
+
+
+@needs_squad
+def test_the_squad_articles_preset_reads_the_two_sides_of_the_article_cut(article_split, tmp_path):
+    """`--task squad_articles` is the same protocol as the written split, read in memory from SQUAD_DIR or
+    --validation-file: the same questions in the same order on each side, and no title on both."""
+    from course_lib.tasks.registry import get_family, get_task
+
+    task = get_task("squad_articles")
+    for cfg in (FinetuneConfig(task="squad_articles", output_dir=str(tmp_path)),
+                FinetuneConfig(task="squad_articles", output_dir=str(tmp_path),
+                               validation_file=str(Path(SQUAD_DIR) / "dev-v1.1.json"))):
+        train, dev = (get_family(task.family).read(task.bind(cfg), split, cfg) for split in ("train", "dev"))
+        assert [q.id for q in train] == [q.id for q in squad.read_squad(article_split[0])]
+        assert [q.id for q in dev] == [q.id for q in squad.read_squad(article_split[1])]
+        assert len(dev) == 1988 and not {q.title for q in train} & {q.title for q in dev}
+
+
+def test_the_squad_articles_preset_refuses_a_train_file_in_one_line(tmp_path):
+    """The preset trains on the dev file's first articles, so a train file would be silently unread: refused."""
+    out = subprocess.run([sys.executable, "-m", "course_lib", "finetune", "--task", "squad_articles",
+                          "--train-file", str(tmp_path / "train.json"), "--output-dir", str(tmp_path / "run")],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "--train-file is not read for squad_articles" in out.stderr and "first 38 articles" in out.stderr

@@ -24,8 +24,10 @@ class SquadTask:
     """A SQuAD preset. Decoding follows BERT's SQuAD recipe: the best of `n_best` starts and ends, answers of
     at most `max_answer_length` tokens; windows of `max_len` tokens unless the run sets another length."""
 
-    name: str  # squad | squad_v2
+    name: str  # squad | squad_v2 | squad_articles
     version: str  # v1.1 | v2.0
+    train_articles: int | None = None  # None: the official train and dev files; N: the dev file split by
+    #   article, its first N articles to train on and the rest to evaluate on (the offline protocol)
     family: str = SPAN_QA
     dev_splits: tuple[str, ...] = ("dev",)
     num_labels: int = 2  # a start and an end score per token
@@ -33,6 +35,7 @@ class SquadTask:
     max_len: int = 384
     n_best: int = 20
     max_answer_length: int = 30
+    percent_scale: bool = True  # its scores are on the official script's 0-100 scale, not 0-1
 
     @property
     def metrics(self) -> tuple[str, ...]:
@@ -40,20 +43,30 @@ class SquadTask:
 
     def bind(self, cfg) -> "SquadTask":
         """The preset for a run: its files come from --train-file / --validation-file (read by `read`)."""
-        for option in ("test_file", "data_dir"):
+        unread = ("test_file", "data_dir") + (("train_file",) if self.train_articles else ())
+        for option in unread:
             if getattr(cfg, option, None):
-                raise UsageError(f"--{option.replace('_', '-')} is not read for {self.name}: give --train-file and "
-                                 f"--validation-file, or set SQUAD_DIR")
+                raise UsageError(f"--{option.replace('_', '-')} is not read for {self.name}: " + (
+                    f"it trains on the first {self.train_articles} articles of the {self.version} dev file; give "
+                    "that file as --validation-file, or set SQUAD_DIR" if self.train_articles else
+                    "give --train-file and --validation-file, or set SQUAD_DIR"))
         return self
 
 
-SQUAD_TASKS = (SquadTask("squad", "v1.1"), SquadTask("squad_v2", "v2.0"))
+SQUAD_TASKS = (SquadTask("squad", "v1.1"), SquadTask("squad_v2", "v2.0"),
+               SquadTask("squad_articles", "v1.1", train_articles=38))
 
 
 def read(task: SquadTask, split: str, cfg) -> list[squad.QAExample]:
-    """The split's questions: the run's own file for it, else $SQUAD_DIR's official file, else the hub."""
-    files = {"train": cfg.train_file, "validation": cfg.validation_file}
-    return squad.load_squad(task.version, split, {k: v for k, v in files.items() if v} or None)
+    """The split's questions: the run's own file for it, else $SQUAD_DIR's official file, else the hub. An
+    article-split preset reads the dev file only and keeps the side of the cut the split asks for, so that a
+    machine without the train file still trains and evaluates on questions of different paragraphs."""
+    if task.train_articles is None:
+        files = {"train": cfg.train_file, "validation": cfg.validation_file}
+        return squad.load_squad(task.version, split, {k: v for k, v in files.items() if v} or None)
+    source = {"validation": cfg.validation_file} if cfg.validation_file else None
+    first, rest = squad.split_by_article(squad.load_squad(task.version, "validation", source), task.train_articles)
+    return first if split == "train" else rest
 
 
 def encode(examples: list[squad.QAExample], tokenizer, cfg, training: bool) -> list[dict]:
