@@ -49,7 +49,7 @@ def test_grid_folders_are_named_as_the_sweep_names_its_runs(tmp_path):
                                          "grid": {"task": ["sst2", "rte"], "method": ["vanilla", "ssaf"],
                                                   "seed": [0, 1]}}, sort_keys=False))
     swept = sweep.load_grid(grid_file, tmp_path)
-    assert sorted(r.name for r in runs) == [r.name for r in swept]
+    assert [r.name for r in runs] == [r.name for r in swept]  # the same names in the same order
     assert "task=sst2,method=vanilla,seed=0" in [r.name for r in runs]
     for run in runs:
         assert run.config.output_dir == str(tmp_path / run.name)

@@ -23,7 +23,7 @@ and a run folder is locked while its child lives (POSIX `flock` on its `.lock` f
 sweep at any moment, even with SIGKILL, loses at most the unfinished part of one run. On Linux a child
 dies with the sweep.
 
-`--shard I/N` (0-based, 0 <= I < N) takes every N-th run of the sorted grid, starting at the I-th, so a
+`--shard I/N` (0-based, 0 <= I < N) takes every N-th run of the grid (in its order), starting at the I-th, so a
 Slurm array (`--array=0-3`, `--shard $SLURM_ARRAY_TASK_ID/4`) or one process per GPU splits the grid into
 disjoint parts that share one output folder. At the end `course_lib.experiments.collect` tabulates the folder.
 """
@@ -130,7 +130,9 @@ def run_name(values: dict) -> str:
 
 
 def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
-    """Read and validate the whole grid file; return its runs sorted by name, each with its own output_dir."""
+    """Read and validate the whole grid file; return its runs, each with its own output_dir, in the file's order:
+    the product of the grid's lists, the first list outermost (so a grid that lists the baseline method first
+    runs it first, and a grid run in pieces can be compared before it is whole)."""
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -188,7 +190,7 @@ def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
         config = {**base, **overrides.get(key, {}), **values,
                   "output_dir": str(Path(output_dir) / name)}
         runs[name] = Run(name, _config(path, f"run {name}", config, kind))
-    return [runs[name] for name in sorted(runs)]
+    return list(runs.values())
 
 
 def _task_overrides(path: Path, raw: dict, kind, grid: dict) -> dict:
