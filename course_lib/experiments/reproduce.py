@@ -207,6 +207,16 @@ def holm_family(tasks: list[dict]) -> list[dict]:
     return family
 
 
+def _runs_of(done: int, grid: str | Path) -> str:
+    """'13 complete runs', with ' of the grid's 160 (the rest to come)' while the grid file lists more."""
+    runs = f"{done} complete run{'s' if done != 1 else ''}"
+    try:
+        total = len(load_grid(grid, Path("runs")))
+    except UsageError:  # no grid file here (e.g. a report rebuilt elsewhere): the count alone
+        return runs
+    return runs + (f" of the grid's {total} (the rest to come)" if total > done else "")
+
+
 def _header(rows: list[dict], command: str, grid: str | Path, rebuild: str | None, archive: Path | None,
             baseline: str) -> list[str]:
     seconds = sum(r["train_seconds"] or 0 for r in rows)
@@ -214,7 +224,7 @@ def _header(rows: list[dict], command: str, grid: str | Path, rebuild: str | Non
                                         f"metrics.json), running nothing: `{rebuild}`.")
     lines = ["# CPU reproduction: every method against vanilla on dev sets", "",
              f"Written on {datetime.date.today().isoformat()} ({platform.machine()}, {os.cpu_count()} CPUs) from "
-             f"the grid `{_shown(grid)}`: {len(rows)} complete runs, {seconds / 3600:.1f} hours of training in "
+             f"the grid `{_shown(grid)}`: {_runs_of(len(rows), grid)}, {seconds / 3600:.1f} hours of training in "
              f"all. Run or resume the grid with `{command}`.{again}", "",
              f"Each cell is a dev-set metric, mean ± sample std over seeds. Δ is the method's mean minus {baseline}'s "
              "over the same seeds (equal data order and initialisation), p the two-sided paired t-test and p (Holm) "
@@ -245,8 +255,9 @@ def _task_notes(a: dict, baseline: str) -> list[str]:
     task, base, lines = a["task"], a["base"], []
     if a["task"] in TARGETS and base is not None:
         reached = base["mean"] >= TARGETS[task]
+        seeds = f"{base['n']} seed{'s' if base['n'] > 1 else ''}"
         lines += [f"Does {baseline} learn {task}? Target {a['metric']} ≥ {TARGETS[task]:.2f}: {baseline} scores "
-                  f"{base['mean']:.4f} (mean of {base['n']} seeds), **{'yes' if reached else 'no'}**.", ""]
+                  f"{base['mean']:.4f} (mean of {seeds}), **{'yes' if reached else 'no'}**.", ""]
     if a["at_chance"]:
         lines += [f"**{baseline} scores {base['mean']:.4f}, chance level here is {a['chance']:.4f}: this budget "
                   f"does not learn {task}, so no comparison of methods on it is informative.**", ""]

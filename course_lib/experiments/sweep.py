@@ -130,9 +130,8 @@ def run_name(values: dict) -> str:
 
 
 def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
-    """Read and validate the whole grid file; return its runs, each with its own output_dir, in the file's order:
-    the product of the grid's lists, the first list outermost (so a grid that lists the baseline method first
-    runs it first, and a grid run in pieces can be compared before it is whole)."""
+    """Read and validate the whole grid file; return its runs (own output_dir each) in the file's order, its first
+    list outermost: a grid listing the baseline first runs it first, so a grid run in pieces compares early."""
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
