@@ -130,8 +130,7 @@ def run_name(values: dict) -> str:
 
 
 def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
-    """Read and validate the whole grid file; return its runs (own output_dir each) in the file's order, its first
-    list outermost: a grid listing the baseline first runs it first, so a grid run in pieces compares early."""
+    """The grid file's runs, validated, in its order (first list outermost: a baseline listed first runs first)."""
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
