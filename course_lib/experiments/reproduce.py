@@ -93,18 +93,14 @@ def paper_gain(method: str, task: str, metric: str) -> str:
 
 
 def _dev_examples(config: dict) -> list:
-    """The first dev split a run with this metrics.json config scored, read as the run read it (same files,
-    same seeded cap)."""
-    import dataclasses
-
-    from course_lib.tasks.glue import subsample
-    from course_lib.tasks.registry import get_family, run_task
+    """The first dev split the run with this metrics.json config scored, read as it read it."""
+    from course_lib.tasks.registry import run_task
     from course_lib.training.config import FinetuneConfig
+    from course_lib.training.finetune import dev_examples
 
-    known = {f.name for f in dataclasses.fields(FinetuneConfig)}
-    cfg = FinetuneConfig(**{k: v for k, v in config.items() if k in known})
+    cfg = FinetuneConfig.from_dict(config)
     task = run_task(cfg)
-    return subsample(get_family(task.family).read(task, task.dev_splits[0], cfg), cfg.max_eval_samples, cfg.seed)
+    return dev_examples(cfg, task, task.dev_splits[0])
 
 
 def chance_level(rows: list[dict], metric: str) -> float | None:

@@ -176,9 +176,13 @@ def _accumulate(totals: dict, stats: dict) -> None:
 def task_examples(cfg: FinetuneConfig, task) -> tuple[list, dict[str, list]]:
     """(training examples, dev examples per split) as the task's family reads them, each capped by the
     config's debug limits."""
-    read = get_family(task.family).read
-    train = glue.subsample(read(task, "train", cfg), cfg.max_train_samples, cfg.seed)
-    return train, {s: glue.subsample(read(task, s, cfg), cfg.max_eval_samples, cfg.seed) for s in task.dev_splits}
+    train = glue.subsample(get_family(task.family).read(task, "train", cfg), cfg.max_train_samples, cfg.seed)
+    return train, {s: dev_examples(cfg, task, s) for s in task.dev_splits}
+
+
+def dev_examples(cfg: FinetuneConfig, task, split: str) -> list:
+    """One dev split as the run scores it: the family's reader, then the config's seeded cap."""
+    return glue.subsample(get_family(task.family).read(task, split, cfg), cfg.max_eval_samples, cfg.seed)
 
 
 class FinetuneJob(Job):
