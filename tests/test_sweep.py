@@ -145,6 +145,17 @@ def test_shards_split_the_grid_and_dry_run_runs_nothing(tmp_path, capsys):
     assert not out.exists(), "a dry run must not write anything"
 
 
+
+def test_a_grid_reordered_to_run_its_baseline_first_keeps_the_names_of_its_runs(tmp_path):
+    by_task = write_grid(tmp_path / "a.yaml", {"task": ["sst2", "rte"], "method": ["vanilla", "ssaf"],
+                                               "seed": [0, 1]}, epochs=1)
+    by_method = write_grid(tmp_path / "b.yaml", {"seed": [0, 1], "method": ["vanilla", "ssaf"],
+                                                 "task": ["sst2", "rte"]}, epochs=1)
+    first, second = (sweep.load_grid(grid, tmp_path / "runs") for grid in (by_task, by_method))
+    assert [run.name for run in second][:2] == ["task=sst2,method=vanilla,seed=0", "task=rte,method=vanilla,seed=0"]
+    assert sorted(run.name for run in first) == sorted(run.name for run in second)  # the same folders
+    assert {run.name: run.config for run in first} == {run.name: run.config for run in second}
+
 def test_each_run_has_its_folder_and_a_command_line_that_parses_back_to_its_config(tmp_path):
     grid = write_grid(tmp_path / "grid.yaml", {"task": ["sst2"], "lr": [5e-5, 1e-3], "bucket_by_length": [True]},
                       epochs=2, weight_decay=0.0, sparsegen_lambda=-4)

@@ -13,9 +13,9 @@ each run executes `python -m course_lib.notebooks run` (papermill) into its fold
 or notebook only.
 
 Every run is validated (`FinetuneConfig.from_dict`, `NotebookRun.from_dict`) before anything starts. A run
-lives in its own folder, named by its grid values (`task=sst2,method=vanilla,seed=0`) under the output
-folder, and executes as a child process, so a crash, a NaN or a timeout in one run is recorded in its
-`run.json` and the grid goes on. `log.txt` holds the child's stdout and stderr.
+lives in its own folder, named by its grid values (`task=sst2,method=vanilla,seed=0`, whatever the grid's
+order) under the output folder, and executes as a child process, so a crash, a NaN or a timeout in one run is
+recorded in its `run.json` and the grid goes on. `log.txt` holds the child's stdout and stderr.
 
 The same command again skips runs whose `metrics.json` says complete, resumes unfinished ones from their
 checkpoint and retries failed ones (`--no-retry-failed` to leave them). Every file is written atomically
@@ -118,12 +118,19 @@ def _safe(value) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]", "_", str(value))
 
 
+NAMED_FIRST, NAMED_LAST = ("task", "notebook", "method"), ("seed",)
+
+
 def run_name(values: dict) -> str:
-    """'task=sst2,seed=0': grid keys in file order, other characters than [A-Za-z0-9._+-] become '_'.
+    """'task=sst2,method=vanilla,seed=0': task, notebook and method first, seed last, the other keys between in
+    the order given; other characters than [A-Za-z0-9._+-] become '_'. The name does not depend on the order a
+    grid lists its axes in, so reordering a grid (to run its baseline first) keeps its finished runs.
 
     A name longer than 200 characters (a grid over long model paths) is cut and ends in a hash of the whole.
     """
-    name = ",".join(f"{key}={_safe(value)}" for key, value in values.items())
+    middle = [key for key in values if key not in NAMED_FIRST + NAMED_LAST]
+    keys = [key for key in NAMED_FIRST if key in values] + middle + [key for key in NAMED_LAST if key in values]
+    name = ",".join(f"{key}={_safe(values[key])}" for key in keys)
     if len(name) > 200:
         name = name[:180] + "~" + hashlib.sha1(name.encode()).hexdigest()[:10]
     return name
