@@ -124,6 +124,26 @@ def test_a_paired_test_on_a_loss_prefers_the_lower_value_and_holm_corrects_the_t
     assert all(math.isclose(tests[m]["p_holm"], min(1.0, holm[m])) for m in p)
 
 
+
+def test_seed_points_keep_a_tasks_recipes_apart_and_count_a_run_in_two_folders_once(tmp_path):
+    def finetune_run(folder, task, method, seed, lr, value):
+        write(tmp_path / folder, {"kind": "finetune", "status": "complete", "task": task, "main_metric": "accuracy",
+                                  "config": {"task": task, "method": method, "seed": seed, "lr": lr,
+                                             "output_dir": folder},
+                                  "dev": {"accuracy": value}})
+    for seed in (0, 1):
+        finetune_run(f"a{seed}", "sst2", "vanilla", seed, 1e-4, 0.80 + seed / 100)
+        finetune_run(f"b{seed}", "sst2", "vanilla", seed, 5e-5, 0.70 + seed / 100)
+        finetune_run(f"c{seed}", "rte", "vanilla", seed, 3e-5, 0.55)  # one recipe on its task: no settings shown
+    finetune_run("copy_of_a0", "sst2", "vanilla", 0, 1e-4, 0.80)
+    finetune_run("d0", "sst2", "asa", 0, 1e-4, 0.81)
+    points = collect.seed_points(collect.collect(tmp_path))
+    by_label = {}
+    for point in points:
+        by_label.setdefault((point["task"], point["label"]), []).append(point["value"])
+    assert by_label == {("sst2", "vanilla [lr=0.0001]"): [0.80, 0.81], ("sst2", "vanilla [lr=5e-05]"): [0.70, 0.71],
+                        ("sst2", "asa [lr=0.0001]"): [0.81], ("rte", "vanilla"): [0.55, 0.55]}
+
 @pytest.mark.parametrize("content", ['{"status": "comp', '{"accuracy": 0.9}', "[1, 2]",
                                      '{"kind": "distillation", "status": "complete"}'])
 def test_a_truncated_or_foreign_metrics_file_is_skipped_with_one_line_naming_it(tmp_path, capsys, content):

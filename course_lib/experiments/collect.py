@@ -191,10 +191,34 @@ def paired_tests(rows: list[dict], metric: str | None = None, baseline: str | No
     return results
 
 
+def _recipe_label(row: dict, varying: list[str]) -> str:
+    """The method with its own options (`_method_label`) and the other settings that vary within its task."""
+    settings = ", ".join(f"{field}={_group_value(row, field)}" for field in varying)
+    return _method_label(row) + (f" [{settings}]" if settings else "")
+
+
 def seed_points(rows: list[dict]) -> list[dict]:
-    """Each run's main metric as a point (task, method, metric, value, seed): what the seed plots draw."""
-    return [{"task": r["task"], "method": r["method"], "metric": r["main_metric"], "seed": r["config"].get("seed"),
-             "value": r["metrics"][r["main_metric"]]} for r in rows if r["main_metric"] in r["metrics"]]
+    """Each run's main metric as a point (task, method, label, metric, value, seed): what the seed plots draw.
+
+    label tells a task's recipes apart as the tables do: a method run at two learning rates is two columns,
+    never one pool of seeds, and the same run in two folders is one point."""
+    points = []
+    for (kind, _), mine in _of_kind_and_task(rows).items():
+        fields = group_fields(mine)
+        varying = [field for field in fields[2:] if not KINDS[kind].is_method_field(field)]
+        for row in (row for members in _groups(mine, fields) for row in members):
+            if row["main_metric"] in row["metrics"]:
+                points.append({"task": row["task"], "method": row["method"], "label": _recipe_label(row, varying),
+                               "metric": row["main_metric"], "seed": row["config"].get("seed"),
+                               "value": row["metrics"][row["main_metric"]]})
+    return points
+
+
+def _of_kind_and_task(rows: list[dict]) -> dict[tuple, list[dict]]:
+    by_task: dict[tuple, list[dict]] = {}
+    for row in rows:
+        by_task.setdefault((row["kind"], row["task"]), []).append(row)
+    return by_task
 
 
 def run_curves(runs_dir: str | Path, rows: list[dict], curve: str = "eval_curve", field: str = "mlm_loss") -> dict:

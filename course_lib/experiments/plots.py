@@ -113,8 +113,8 @@ def token_strips(strips: dict, tokens: list[str], ax=None, title: str = "", vmax
 
 
 def seeds_by_method(points: list[dict], baselines: set[str], ncols: int = 3, suptitle: str = ""):
-    """One panel per task: each method's seeds as dots and their mean as a bar, baselines first.
-    points are dicts with task, method, metric and value (the task's main metric of one seed's run)."""
+    """One panel per task: each recipe's seeds as dots and their mean as a bar, baselines first. points are
+    `collect.seed_points`: task, method, label (the method and what sets its recipe apart), metric and value."""
     frame = pd.DataFrame(points)
     tasks = list(dict.fromkeys(frame["task"]))
     nrows = -(-len(tasks) // ncols)
@@ -122,9 +122,10 @@ def seeds_by_method(points: list[dict], baselines: set[str], ncols: int = 3, sup
                              layout="constrained", squeeze=False)
     for ax, task in zip(axes.flat, tasks):
         mine = frame[frame["task"] == task]
-        order = sorted(set(mine["method"]), key=lambda m: (m not in baselines, m))
-        sns.barplot(data=mine, x="method", y="value", order=order, errorbar=None, alpha=0.45, ax=ax)
-        sns.stripplot(data=mine, x="method", y="value", order=order, color="black", size=4, ax=ax)
+        method_of = dict(zip(mine["label"], mine["method"]))
+        order = sorted(method_of, key=lambda label: (method_of[label] not in baselines, label))
+        sns.barplot(data=mine, x="label", y="value", order=order, errorbar=None, alpha=0.45, ax=ax)
+        sns.stripplot(data=mine, x="label", y="value", order=order, color="black", size=4, ax=ax)
         ax.set(title=task, xlabel="", ylabel=mine["metric"].iloc[0])
         ax.tick_params(axis="x", rotation=30)
     for ax in list(axes.flat)[len(tasks):]:
