@@ -164,6 +164,9 @@ class NotebookRun:
         return {"notebook": self.notebook, "preset": self.preset, "kernel": self.kernel,
                 "output_dir": self.output_dir, **self.parameters}
 
+    def defaults(self) -> dict:
+        return NotebookRun(self.notebook).to_dict()
+
     def command_line(self) -> list[str]:
         args = [sys.executable, "-m", "course_lib.notebooks", "run", self.notebook, f"--preset={self.preset}",
                 f"--kernel={self.kernel}", f"--output-dir={self.output_dir}"]

@@ -58,6 +58,7 @@ from course_lib.methods.registry import get_method
 from course_lib.experiments.notebooks import NotebookRun
 from course_lib.repro import (METRICS, atomic_write, check_writable_dir, progress, remove_stale_temporaries,
                               write_json)
+from course_lib.model.config import first_difference
 from course_lib.model.weights import check_model
 
 COMMANDS = {"finetune": FinetuneConfig, "notebook": NotebookRun}  # what a grid can run, and its config
@@ -275,18 +276,14 @@ def run_status(run: Run) -> str:
 def check_same_config(run: Run) -> None:
     """Refuse a folder that holds another configuration's run (the grid file's base changed, say).
 
-    A field the saved config lacks was added to FinetuneConfig after that run: it matches its default (as
-    resolved for the run's task).
+    A field the saved config lacks was added after that run: it matches its default (`first_difference`).
     """
-    mine = run.config.to_dict()
-    defaults = FinetuneConfig(task=run.config.task).to_dict() if isinstance(run.config, FinetuneConfig) else {}
     for name in (METRICS, RUN):
         saved = _read_json(run.folder / name).get("config")
-        diff = sorted(k for k in mine if k != "output_dir" and saved and saved.get(k, defaults.get(k)) != mine[k])
-        if diff:
-            k = diff[0]
+        k = first_difference(saved, run.config) if saved else None
+        if k is not None:
             raise UsageError(f"{run.folder} holds a run with {k}={saved.get(k)!r}, but the grid gives "
-                             f"{k}={mine[k]!r}; use another --output-dir or delete that folder")
+                             f"{k}={run.config.to_dict()[k]!r}; use another --output-dir or delete that folder")
 
 
 @contextmanager

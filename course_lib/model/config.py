@@ -75,6 +75,20 @@ class Validated:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    def defaults(self) -> dict:
+        """Each field's value when not given, as this config resolves it; what a field missing from a run saved
+        before the field existed counts as. Subclasses whose defaults depend on a field override this."""
+        return type(self)().to_dict()
+
+
+def first_difference(saved: dict, config) -> str | None:
+    """The first field (by name), output_dir aside, where a saved run's config differs from `config` (a
+    Validated config or any with `to_dict` and `defaults`), else None. A field the saved config lacks counts as
+    its default, so adding an option never orphans old runs."""
+    mine, defaults = config.to_dict(), config.defaults()
+    diff = sorted(k for k in mine if k != "output_dir" and saved.get(k, defaults.get(k)) != mine[k])
+    return diff[0] if diff else None
+
 
 def _notebook_literal(value, annotation):
     """A notebook parameter as the field takes it: "" is None for a field that takes None, a list a comma list

@@ -127,6 +127,9 @@ class FinetuneConfig(TrainingRunConfig):
         if self.asa_noise not in ASA_NOISE:
             raise choice_error("asa_noise", self.asa_noise, ASA_NOISE)
 
+    def defaults(self) -> dict:
+        return FinetuneConfig(task=self.task).to_dict()  # max_len's default is the task's (SQuAD: 384)
+
 
 
 

@@ -24,6 +24,7 @@ from accelerate import Accelerator
 
 from course_lib.fast import optimize
 from course_lib.errors import RunFailed, UsageError
+from course_lib.model.config import first_difference
 from course_lib.repro import (CHECKPOINT, METRICS, check_writable_dir, progress, remove_stale_temporaries,
                     restore_training_state, save_torch, training_state, write_json)
 
@@ -70,12 +71,10 @@ def check_same_run(saved: dict, cfg, path: Path) -> None:
 
     A field missing from an older file counts as its default, so adding an option never orphans old runs.
     """
-    mine, defaults = cfg.to_dict(), type(cfg)().to_dict()
-    diff = sorted(k for k in mine if k != "output_dir" and saved.get(k, defaults[k]) != mine[k])
-    if diff:
-        k = diff[0]
-        raise UsageError(f"{path} holds a different run's checkpoint ({k}={saved.get(k, defaults[k])!r}, this run "
-                         f"has {k}={mine[k]!r}); use another --output-dir or delete it")
+    k = first_difference(saved, cfg)
+    if k is not None:
+        raise UsageError(f"{path} holds a different run's checkpoint ({k}={saved.get(k, cfg.defaults().get(k))!r}, "
+                         f"this run has {k}={getattr(cfg, k)!r}); use another --output-dir or delete it")
 
 
 def finished_run(out: Path, cfg) -> dict | None:
