@@ -21,6 +21,17 @@ def choice_error(what: str, value, valid) -> UsageError:
     return UsageError(f"unknown {what} {value!r} (valid: {', '.join(sorted(map(str, valid)))})")
 
 
+def find_named(what: str, name: str, table: dict):
+    """table's entry for name, ignoring case and dashes ('SST-2', 'sst2', 'STS-B'), else the one-line error."""
+    def key(text: str) -> str:
+        return text.lower().replace("-", "")
+
+    found = [value for entry, value in table.items() if key(entry) == key(name)]
+    if not found:
+        raise choice_error(what, name, table)
+    return found[0]
+
+
 def yaml_float(x: float) -> str:
     """A float as YAML 1.1 reads it back as a float: it needs a '.' and a signed exponent (5.0e-05)."""
     mantissa, exponent = f"{x:e}".split("e")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from course_lib.errors import UsageError, choice_error
+from course_lib.errors import UsageError, choice_error, find_named
 from course_lib.tasks.batching import pad_tokens
 
 SENTENCE = "sentence"  # the task family of GLUE's tasks (course_lib.tasks.registry)
@@ -115,11 +115,9 @@ def special_token_ids(tokenizer) -> set[int]:
 
 
 def get_task(name: str) -> GlueTask:
-    """Look a task up by name, ignoring case and dashes, so 'SST-2', 'sst2' and 'STS-B' work."""
-    key = name.lower().replace("-", "")
-    if key not in GLUE_TASKS:
-        raise choice_error("GLUE task", name, GLUE_TASKS)
-    return GLUE_TASKS[key]
+    """A GLUE task by name, ignoring case and dashes, so 'SST-2', 'sst2' and 'STS-B' work (any task preset:
+    `registry.get_task`)."""
+    return find_named("GLUE task", name, GLUE_TASKS)
 
 
 @dataclass

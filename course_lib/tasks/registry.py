@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from course_lib.errors import UsageError, choice_error
+from course_lib.errors import UsageError, choice_error, find_named
 from course_lib.tasks import cs224n, glue, multiple_choice, sentence, sentence_files, span_qa, squad, tagging
 
 
@@ -109,14 +109,8 @@ def run_task(cfg):
 
 
 def get_task(name: str):
-    """A preset by name, ignoring case and dashes, so 'SST-2', 'sst2' and 'STS-B' work."""
-    def key(text: str) -> str:
-        return text.lower().replace("-", "")
-
-    found = [task for task_name, task in TASKS.items() if key(task_name) == key(name)]
-    if not found:
-        raise choice_error("task", name, TASKS)
-    return found[0]
+    """A preset of any family by name, ignoring case and dashes, so 'SST-2', 'sst2' and 'STS-B' work."""
+    return find_named("task", name, TASKS)
 
 
 register_family(TaskFamily(
