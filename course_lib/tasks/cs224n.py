@@ -35,7 +35,7 @@ from pathlib import Path
 from course_lib.errors import UsageError, choice_error
 from course_lib.tasks import glue, sources
 from course_lib.tasks.sentence_files import (CLASSIFICATION_METRICS, REGRESSION_METRICS, FileSentenceTask,
-                                             _records, label_text, parse_label)
+                                             _records, label_text, parse_label, scored_splits)
 
 ENV = "CS224N_DATA_DIR"
 UNLABELLED_SPLIT = "test-student"  # the course's name for its test split, whose labels students never see
@@ -65,13 +65,10 @@ class CourseTask(FileSentenceTask):
         if sources.folder(self.source, cfg) is None and not getattr(cfg, "train_file", None):
             raise UsageError(f"{self.name}: no data folder: give --data-dir DIR or set {ENV} (the course's data "
                              f"folder, holding {self.source.files['train']} and the other tasks' files)")
-        try:
-            paths = sources.split_paths(self.source, cfg)
-        except UsageError as err:
-            raise UsageError(f"{err}{self.where_to_get()}") from None
+        paths = self.split_paths(cfg)
         base = sources.folder(self.source, cfg)
         unlabelled = base / self.unlabelled_file if base is not None else None
-        return replace(self, paths=paths, dev_splits=("dev", "test") if "test" in paths else ("dev",),
+        return replace(self, paths=paths, dev_splits=scored_splits(paths),
                        unlabelled_path=unlabelled if unlabelled is not None and unlabelled.is_file() else None)
 
     def load(self, split: str, cfg=None) -> list[CourseExample]:

@@ -38,8 +38,23 @@ class TsvLayout:
     columns: tuple[str, ...] | None = None  # names for a headerless file; None: first row is the header
 
 
+class LabelSet:
+    """What a sentence-family preset's `label_names` say about its head: None is one regression score."""
+
+    label_names: tuple[str, ...] | None
+
+    @property
+    def is_regression(self) -> bool:
+        return self.label_names is None
+
+    @property
+    def num_labels(self) -> int:
+        """Width of the classifier output: one score for regression (STS-B)."""
+        return 1 if self.label_names is None else len(self.label_names)
+
+
 @dataclass(frozen=True)
-class GlueTask:
+class GlueTask(LabelSet):
     """One GLUE task: what the model reads, what it predicts and how it is scored."""
 
     name: str  # 'sst2', the nyu-mll/glue config name
@@ -52,15 +67,6 @@ class GlueTask:
     label_range: tuple[float, float] | None = field(default=None, kw_only=True)  # regression: lowest, highest score
     family: str = field(default=SENTENCE, kw_only=True)  # its task family
     max_len: int = field(default=128, kw_only=True)  # its runs' sequence length unless they set one
-
-    @property
-    def is_regression(self) -> bool:
-        return self.label_names is None
-
-    @property
-    def num_labels(self) -> int:
-        """Width of the classifier output: one score for regression (STS-B)."""
-        return 1 if self.label_names is None else len(self.label_names)
 
     @property
     def splits(self) -> tuple[str, ...]:

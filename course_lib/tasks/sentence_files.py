@@ -41,8 +41,13 @@ REGRESSION_METRICS = ("pearson", "spearmanr")
 Row = tuple[tuple[str, ...], str, str]  # (texts, label as written, "file:line" for messages)
 
 
+def scored_splits(paths: dict) -> tuple[str, ...]:
+    """The splits a run scores besides training: dev, and test where the preset has a labelled one."""
+    return ("dev", "test") if "test" in paths else ("dev",)
+
+
 @dataclass(frozen=True)
-class FileSentenceTask:
+class FileSentenceTask(glue.LabelSet):
     """A sentence-family preset read from files: which columns hold the text(s) and the label, the label set,
     how it is scored, and where its files are (`source`: its folder's file names, the variable naming that folder,
     the hub's copy). Duck-compatible with `glue.GlueTask` where the sentence family reads a preset."""
@@ -63,14 +68,6 @@ class FileSentenceTask:
     max_len: int = 128
     family: str = glue.SENTENCE
 
-    @property
-    def is_regression(self) -> bool:
-        return self.label_names is None
-
-    @property
-    def num_labels(self) -> int:
-        return 1 if self.label_names is None else len(self.label_names)
-
     def bind(self, cfg) -> FileSentenceTask:
         """The preset for a run, its files resolved. A preset knows its columns and labels, so the options that
         describe a custom file are refused rather than ignored."""
@@ -81,15 +78,19 @@ class FileSentenceTask:
         return self.resolved(cfg)
 
     def resolved(self, cfg) -> FileSentenceTask:
-        """Its files for the run (`sources.split_paths`), each of a layout this module reads."""
-        try:
-            paths = sources.split_paths(self.source, cfg)
-        except UsageError as err:
-            raise UsageError(f"{err}{self.where_to_get()}") from None
+        """Its files for the run (`split_paths`), each of a layout this module reads."""
+        paths = self.split_paths(cfg)
         for path in paths.values():
             if path is not None:
                 file_layout(path)
-        return replace(self, paths=paths, dev_splits=("dev", "test") if "test" in paths else ("dev",))
+        return replace(self, paths=paths, dev_splits=scored_splits(paths))
+
+    def split_paths(self, cfg) -> dict[str, Path | None]:
+        """`sources.split_paths`, its error saying where to get the files."""
+        try:
+            return sources.split_paths(self.source, cfg)
+        except UsageError as err:
+            raise UsageError(f"{err}{self.where_to_get()}") from None
 
     def where_to_get(self) -> str:
         """'; SST5_DIR is a folder with train.jsonl, dev.jsonl (test.jsonl optional)' and how to make the files,
