@@ -22,7 +22,7 @@ from course_lib.model.attention import at_least_fp32
 from course_lib.model.heads import (ClassifierOutput, MultipleChoiceHead, SequenceClassifier, SpanHead,
                                     TokenClassifier)
 from course_lib.tasks.glue import SENTENCE
-from course_lib.tasks.registry import run_task
+from course_lib.tasks.registry import run_family
 from course_lib.tasks.multiple_choice import MULTIPLE_CHOICE
 from course_lib.tasks.span_qa import SPAN_QA
 from course_lib.tasks.tagging import TAGGING
@@ -134,11 +134,20 @@ class AdversarialSelfAttention:
     `logits`, `forward` and `loss`; the head's `divergence(clean, adversarial)` compares its own output
     distributions (classes; a span's start and end positions)."""
 
-    def init_adversaries(self, mode: str, asa_tau: float, asa_noise: str, bernoulli_p: float) -> None:
+    head_dropout = True  # the head takes `dropout` (cfg.classifier_dropout); a span head has none
+
+    def __init__(self, encoder, *head_args, mode: str = "asa", asa_tau: float = 0.3, asa_noise: str = "none",
+                 bernoulli_p: float = 0.1, **head_options):
+        super().__init__(encoder, *head_args, **head_options)  # the head this is mixed into
         self.mode, self.asa_tau, self.asa_noise, self.bernoulli_p = mode, asa_tau, asa_noise, bernoulli_p
         if mode == "asa":
             config = self.encoder.config
             self.adversaries = nn.ModuleList(Adversary(config.hidden_size) for _ in range(config.num_hidden_layers))
+
+    @classmethod
+    def from_config(cls, cfg, encoder, num_labels: int, **options):
+        head = {"dropout": cfg.classifier_dropout} if cls.head_dropout else {}
+        return cls(encoder, num_labels, **head, **options)
 
     def adversarial_bias(self, attention_mask, keeps: list):
         """The per-layer bias hook for the second pass: cut units get ADVERSARIAL_MASK, shared by all heads."""
@@ -178,15 +187,6 @@ class AdversarialSelfAttention:
 class ASAClassifier(AdversarialSelfAttention, SequenceClassifier):
     """A sequence classifier (or regressor) trained with ASA or with random masks."""
 
-    def __init__(self, encoder, num_labels: int, dropout: float = 0.1, mode: str = "asa", asa_tau: float = 0.3,
-                 asa_noise: str = "none", bernoulli_p: float = 0.1):
-        SequenceClassifier.__init__(self, encoder, num_labels, dropout)
-        self.init_adversaries(mode, asa_tau, asa_noise, bernoulli_p)
-
-    @classmethod
-    def from_config(cls, cfg, encoder, num_labels: int, **options) -> "ASAClassifier":
-        return cls(encoder, num_labels, cfg.classifier_dropout, **options)
-
     def divergence(self, clean: torch.Tensor, adversarial: torch.Tensor) -> torch.Tensor:
         """Symmetric KL of the class distributions; a regressor compares its two predictions directly."""
         if self.num_labels == 1:
@@ -198,14 +198,7 @@ class ASASpanHead(AdversarialSelfAttention, SpanHead):
     """A span QA head trained with ASA or with random masks: the symmetric KL of the start distributions and of
     the end distributions over the window's tokens, averaged as the start and end losses are."""
 
-    def __init__(self, encoder, num_labels: int = 2, mode: str = "asa", asa_tau: float = 0.3,
-                 asa_noise: str = "none", bernoulli_p: float = 0.1):
-        SpanHead.__init__(self, encoder, num_labels)
-        self.init_adversaries(mode, asa_tau, asa_noise, bernoulli_p)
-
-    @classmethod
-    def from_config(cls, cfg, encoder, num_labels: int, **options) -> "ASASpanHead":
-        return cls(encoder, num_labels, **options)
+    head_dropout = False
 
     def divergence(self, clean: torch.Tensor, adversarial: torch.Tensor) -> torch.Tensor:
         return (symmetric_kl(clean[..., 0], adversarial[..., 0]) + symmetric_kl(clean[..., 1], adversarial[..., 1])) / 2
@@ -216,15 +209,6 @@ class ASATokenClassifier(AdversarialSelfAttention, TokenClassifier):
     over the window's positions (padding included, as the authors' code does for WNUT-17) and averaged over the
     batch."""
 
-    def __init__(self, encoder, num_labels: int, dropout: float = 0.1, mode: str = "asa", asa_tau: float = 0.3,
-                 asa_noise: str = "none", bernoulli_p: float = 0.1):
-        TokenClassifier.__init__(self, encoder, num_labels, dropout)
-        self.init_adversaries(mode, asa_tau, asa_noise, bernoulli_p)
-
-    @classmethod
-    def from_config(cls, cfg, encoder, num_labels: int, **options) -> "ASATokenClassifier":
-        return cls(encoder, num_labels, cfg.classifier_dropout, **options)
-
     def divergence(self, clean: torch.Tensor, adversarial: torch.Tensor) -> torch.Tensor:
         return symmetric_kl(clean, adversarial)  # (B, L, C): batchmean sums over L and C, divides by B
 
@@ -233,15 +217,6 @@ class ASAMultipleChoice(AdversarialSelfAttention, MultipleChoiceHead):
     """A multiple-choice model trained with ASA or with random masks: every (context, choice) pair is attacked
     on its own; the symmetric KL compares the distributions over the choices (Wu et al. 2023: DREAM,
     HellaSWAG)."""
-
-    def __init__(self, encoder, num_labels: int = 1, dropout: float = 0.1, mode: str = "asa", asa_tau: float = 0.3,
-                 asa_noise: str = "none", bernoulli_p: float = 0.1):
-        MultipleChoiceHead.__init__(self, encoder, num_labels, dropout)
-        self.init_adversaries(mode, asa_tau, asa_noise, bernoulli_p)
-
-    @classmethod
-    def from_config(cls, cfg, encoder, num_labels: int, **options) -> "ASAMultipleChoice":
-        return cls(encoder, num_labels, cfg.classifier_dropout, **options)
 
     def encoder_mask(self, attention_mask):
         return MultipleChoiceHead.flatten(attention_mask)
@@ -256,7 +231,7 @@ ASA_MODELS = {SENTENCE: ASAClassifier, SPAN_QA: ASASpanHead, TAGGING: ASATokenCl
 
 def _build(cfg, encoder, num_labels: int, mode: str):
     options = dict(mode=mode, asa_tau=cfg.asa_tau, asa_noise=cfg.asa_noise, bernoulli_p=cfg.bernoulli_p)
-    return ASA_MODELS[run_task(cfg).family].from_config(cfg, encoder, num_labels, **options)
+    return ASA_MODELS[run_family(cfg)].from_config(cfg, encoder, num_labels, **options)
 
 
 def build_asa(cfg, encoder, num_labels: int, tokenizer):

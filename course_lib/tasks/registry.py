@@ -108,6 +108,11 @@ def run_task(cfg):
     return get_task(cfg.task).bind(cfg)
 
 
+def run_family(cfg) -> str:
+    """The run's task family, known without reading a file: its preset's, or the one --task-type names."""
+    return get_task(cfg.task).family or run_task(cfg).family
+
+
 def get_task(name: str):
     """A preset of any family by name, ignoring case and dashes, so 'SST-2', 'sst2' and 'STS-B' work."""
     return find_named("task", name, TASKS)
