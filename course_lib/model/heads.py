@@ -28,7 +28,21 @@ class ClassifierOutput:
     token_logits: torch.Tensor | None = None  # (B, L, 2) from a token head (SSA), for plots of token scores
 
 
-class SequenceClassifier(nn.Module):
+class LinearHead(nn.Module):
+    """The encoder, then dropout and one linear layer of `num_labels` outputs, initialised as BERT's (normal,
+    std 0.02; zero bias): what the sentence, tagging and multiple-choice heads share."""
+
+    def __init__(self, encoder: BertModel, num_labels: int, dropout: float = 0.1):
+        super().__init__()
+        self.encoder = encoder
+        self.num_labels = num_labels
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
+        nn.init.normal_(self.classifier.weight, std=0.02)
+        nn.init.zeros_(self.classifier.bias)
+
+
+class SequenceClassifier(LinearHead):
     """BERT's sentence-level head (Devlin et al. 2019, Sec. 4.1): dropout(pooled [CLS]) → linear.
 
     num_labels = 1 makes it a regressor (STS-B). Like Hugging Face's task models, `forward` computes the
@@ -39,15 +53,6 @@ class SequenceClassifier(nn.Module):
     # The same logits and gradients either way, up to float rounding (~1e-9 in the gradients); False computes
     # every position of the last layer as Hugging Face does, for bit-for-bit comparisons.
     cls_only = True
-
-    def __init__(self, encoder: BertModel, num_labels: int, dropout: float = 0.1):
-        super().__init__()
-        self.encoder = encoder
-        self.num_labels = num_labels
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
-        nn.init.normal_(self.classifier.weight, std=0.02)
-        nn.init.zeros_(self.classifier.bias)
 
     def logits(self, input_ids, attention_mask=None, token_type_ids=None,
                **encoder_kwargs) -> tuple[torch.Tensor, BertOutput]:
@@ -120,22 +125,13 @@ class SpanHead(nn.Module):
 IGNORE_INDEX = -100  # a token whose label is not scored (special tokens, padding, later sub-words)
 
 
-class TokenClassifier(nn.Module):
+class TokenClassifier(LinearHead):
     """BERT's tagging head (Devlin et al. 2019, Sec. 5.3): dropout and a linear layer on every token's final
     hidden state, as Hugging Face's `BertForTokenClassification`.
 
     Output logits (B, L, num_labels). Labels (B, L): a tag id per token, IGNORE_INDEX where no tag is scored (a
     word is tagged on its first sub-word only); the loss is the cross-entropy over the scored tokens.
     """
-
-    def __init__(self, encoder: BertModel, num_labels: int, dropout: float = 0.1):
-        super().__init__()
-        self.encoder = encoder
-        self.num_labels = num_labels
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
-        nn.init.normal_(self.classifier.weight, std=0.02)
-        nn.init.zeros_(self.classifier.bias)
 
     def logits(self, input_ids, attention_mask=None, token_type_ids=None,
                **encoder_kwargs) -> tuple[torch.Tensor, BertOutput]:
@@ -150,7 +146,7 @@ class TokenClassifier(nn.Module):
         return nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
 
 
-class MultipleChoiceHead(nn.Module):
+class MultipleChoiceHead(LinearHead):
     """BERT's multiple-choice head (Devlin et al. 2019, Sec. 4.4, SWAG): each (context, choice) pair is encoded
     on its own, a linear layer scores its pooled [CLS], and a softmax over the choices picks one, as Hugging
     Face's `BertForMultipleChoice`.
@@ -162,13 +158,8 @@ class MultipleChoiceHead(nn.Module):
     cls_only = True
 
     def __init__(self, encoder: BertModel, num_labels: int = 1, dropout: float = 0.1):
-        super().__init__()
-        self.encoder = encoder
-        self.num_labels = num_labels  # a score per choice; the number of choices comes with the batch
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(encoder.config.hidden_size, 1)
-        nn.init.normal_(self.classifier.weight, std=0.02)
-        nn.init.zeros_(self.classifier.bias)
+        super().__init__(encoder, 1, dropout)  # one score per choice; the number of choices comes with the batch
+        self.num_labels = num_labels
 
     @staticmethod
     def flatten(x: torch.Tensor | None) -> torch.Tensor | None:
