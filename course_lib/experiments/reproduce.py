@@ -289,6 +289,45 @@ def _row(a: dict, method: str, group: dict, baseline: str) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _learnt(a: dict) -> str:
+    """'yes' / 'no' against the task's target; 'at chance' where it has learnt nothing; '' without a target."""
+    if a["base"] is None:
+        return "not run yet"
+    if a["at_chance"]:
+        return "**at chance**"
+    return "" if a["task"] not in TARGETS else "yes" if a["base"]["mean"] >= TARGETS[a["task"]] else "**no**"
+
+
+def _glance(tasks: list[dict], baseline: str, pending: list[str]) -> list[str]:
+    """One row per task: does the baseline learn it, what can its seeds detect, which methods differ after Holm;
+    then the grid's tasks with no complete run yet (pending)."""
+    lines = ["## At a glance", "",
+             f"| task | {baseline} (seeds) | target | learnt | detectable Δ | methods with 5 seeds / with runs | "
+             f"beyond seed noise (p (Holm) < {SIGNIFICANT}) |", "|---|---|---|---|---|---|---|"]
+    for a in tasks:
+        base, methods = a["base"], [m for m in a["groups"] if m != baseline]
+        full = sum(a["groups"][m]["n"] >= 5 for m in methods)
+        beyond = [f"{m} {t['mean_difference']:+.4f}" for m, t in a["tests"].items()
+                  if t["p_holm"] is not None and t["p_holm"] < SIGNIFICANT]
+        cells = [f"{a['task']} ({a['metric'].removeprefix('dev ')})",
+                 "" if base is None else f"{base['mean']:.4f} ({base['n']})",
+                 f"{TARGETS[a['task']]:g}" if a["task"] in TARGETS else "", _learnt(a),
+                 "" if a["detectable"] is None else f"±{a['scale'] * a['detectable']:.1f} pts",
+                 f"{full} / {len(methods)}", ", ".join(beyond) or "none"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [f"| {task} |  | {TARGETS[task]:g} | not run yet |  |  |  |" if task in TARGETS else
+              f"| {task} |  |  | not run yet |  |  |  |" for task in pending]
+    return lines + [""]
+
+
+def _grid_tasks(grid: str | Path) -> list[str]:
+    """The tasks the grid file runs, in its order; [] where it cannot be read here."""
+    try:
+        return list(dict.fromkeys(run.config.task for run in load_grid(grid, Path("runs"))))
+    except UsageError:
+        return []
+
+
 def _many_tests(family: list[dict]) -> list[str]:
     if not family:
         return []
@@ -310,6 +349,7 @@ def report(runs_dir: str | Path, command: str, grid: str | Path, baseline: str =
     tasks = [analyse(task, rows, baseline) for task in dict.fromkeys(r["task"] for r in rows)]
     family = holm_family(tasks)
     lines = _header(rows, command, grid, rebuild, None if archive is None else Path(archive), baseline)
+    lines += _glance(tasks, baseline, [t for t in _grid_tasks(grid) if t not in {a["task"] for a in tasks}])
     for a in tasks:
         lines += [f"## {a['task']} ({a['metric']})", "", *_task_notes(a, baseline),
                   f"| method | seeds | {a['metric']} | Δ vs {baseline} | p | p (Holm) | detectable Δ "
