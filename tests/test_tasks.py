@@ -9,7 +9,8 @@ import torch
 from course_lib.errors import UsageError
 from course_lib.methods.registry import METHODS
 from course_lib.tasks import glue, sentence
-from course_lib.tasks.registry import FAMILIES, TASKS, TaskFamily, get_task, register_family, register_task
+from course_lib.tasks.registry import (FAMILIES, TASKS, TaskFamily, get_task, register_family, register_task,
+                                      run_family)
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
 
@@ -101,3 +102,15 @@ def test_a_glue_run_writes_its_predictions_in_glues_layout(tiny_model_dir, keywo
     gold = [ex.label for ex in glue.load_split("sst2", "dev", keyword_glue)]
     accuracy = sum(int(p) == y for (_, p), y in zip(rows, gold)) / len(gold)
     assert accuracy == pytest.approx(result["dev"]["accuracy"])  # the file holds what was scored
+
+
+def test_a_runs_family_is_known_without_its_files(monkeypatch, tmp_path):
+    for env in ("SQUAD_DIR", "WNUT17_DIR", "DREAM_DIR"):
+        monkeypatch.delenv(env, raising=False)  # no data anywhere: binding these presets would fail
+    monkeypatch.chdir(tmp_path)
+    families = {task: run_family(FinetuneConfig(task=task)) for task in ("sst2", "squad_articles", "wnut17", "dream")}
+    assert families == {"sst2": "sentence", "squad_articles": "span_qa", "wnut17": "tagging",
+                        "dream": "multiple_choice"}
+    assert run_family(FinetuneConfig(task="custom", task_type="tagging")) == "tagging"
+    with pytest.raises(UsageError, match="unknown --task-type for --task custom None"):
+        run_family(FinetuneConfig(task="custom"))

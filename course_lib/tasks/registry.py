@@ -109,8 +109,9 @@ def run_task(cfg):
 
 
 def run_family(cfg) -> str:
-    """The run's task family, known without reading a file: its preset's, or the one --task-type names."""
-    return get_task(cfg.task).family or run_task(cfg).family
+    """The run's task family, known without reading a file: its preset's, or the one --task-type names (a bad
+    or missing --task-type: `run_task`'s one-line error)."""
+    return get_task(cfg.task).family or TASK_TYPES.get(cfg.task_type) or run_task(cfg).family
 
 
 def get_task(name: str):
