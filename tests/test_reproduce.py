@@ -11,7 +11,7 @@ import yaml
 from scipy import stats
 
 from course_lib import cli
-from course_lib.experiments import reproduce, sweep
+from course_lib.experiments import collect, reproduce, sweep
 from course_lib.tasks import metrics
 
 ENV = {"CI": "true", "HF_HUB_OFFLINE": "1"}
@@ -130,19 +130,22 @@ def test_report_opens_with_one_row_per_task_including_the_grids_tasks_not_run_ye
     grid.write_text(yaml.safe_dump({"command": "finetune", "base": {"epochs": 2},
                                     "grid": {"task": ["sst2", "stsb", "cola", "rte"], "seed": [0, 1, 2]}}))
     text = reproduce.report(tmp_path / "runs", "python -m course_lib bench reproduce", grid)
+    sst2 = [r for r in collect.collect(tmp_path / "runs") if r["task"] == "sst2" and r["method"] == "vanilla"]
     glance = text.split("## At a glance")[1].split("\n## ")[0]
     rows = {cells[0].split()[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")]
                                                       for line in glance.splitlines()[3:] if line.startswith("| "))}
     assert list(rows) == ["cola", "sst2", "stsb", "rte"]  # the runs' tasks, then the grid's others
-    assert rows["sst2"][1:4] == ["0.8100 (3)", "0.83", "**no**"] and rows["stsb"][1:4] == ["0.8300 (3)", "0.8", "yes"]
-    assert rows["cola"][3] == "**at chance**" and rows["rte"][1:4] == ["", "0.58", "not run yet"]
-    assert rows["sst2"][5] == "0 / 2"  # 3 seeds each: no method has the 5 seeds of a finished cell
+    assert rows["sst2"][1:5] == ["0.8100 (3)", f"{reproduce.chance_level(sst2, 'dev accuracy'):.4f}", "0.83",
+                                 "**no**"]
+    assert rows["stsb"][1:5] == ["0.8300 (3)", "0.0000", "0.8", "yes"]
+    assert rows["cola"][4] == "**at chance**" and rows["rte"][1:5] == ["", "", "0.58", "not run yet"]
+    assert rows["sst2"][6] == "0 / 2"  # 3 seeds each: no method has the 5 seeds of a finished cell
     mean_pool = np.mean(values["stsb"]["mean-pool"]) - np.mean(values["stsb"]["vanilla"])
     hybrid = np.mean(values["sst2"]["ssa-hybrid"]) - np.mean(values["sst2"]["vanilla"])
-    assert rows["stsb"][6] == f"mean-pool {mean_pool:+.4f}"  # stsb's ssa-hybrid has p < 0.05, but not after Holm
-    assert rows["sst2"][6] == f"ssa-hybrid {hybrid:+.4f}" and rows["cola"][6] == "none"
+    assert rows["stsb"][7] == f"mean-pool {mean_pool:+.4f}"  # stsb's ssa-hybrid has p < 0.05, but not after Holm
+    assert rows["sst2"][7] == f"ssa-hybrid {hybrid:+.4f}" and rows["cola"][7] == "none"
     detectable = table(text, "sst2")["asa"][6]  # '±0.0123 (1.2 pts)'
-    assert rows["sst2"][4] == "±" + detectable.split("(")[1].rstrip(")")
+    assert rows["sst2"][5] == "±" + detectable.split("(")[1].rstrip(")")
 
 def test_verdict_sets_the_test_against_the_claim_and_the_seeds():
     assert reproduce.verdict(0.02, 0.01, 1.5, 3, 0.01, 3) == "better than vanilla, as the paper claims"

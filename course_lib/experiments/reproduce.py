@@ -298,12 +298,16 @@ def _learnt(a: dict) -> str:
     return "" if a["task"] not in TARGETS else "yes" if a["base"]["mean"] >= TARGETS[a["task"]] else "**no**"
 
 
+def _target(task: str) -> str:
+    return f"{TARGETS[task]:g}" if task in TARGETS else ""
+
+
 def _glance(tasks: list[dict], baseline: str, pending: list[str]) -> list[str]:
     """One row per task: does the baseline learn it, what can its seeds detect, which methods differ after Holm;
     then the grid's tasks with no complete run yet (pending)."""
     lines = ["## At a glance", "",
-             f"| task | {baseline} (seeds) | target | learnt | detectable Δ | methods with 5 seeds / with runs | "
-             f"beyond seed noise (p (Holm) < {SIGNIFICANT}) |", "|---|---|---|---|---|---|---|"]
+             f"| task | {baseline} (seeds) | chance level | target | learnt | detectable Δ | methods with 5 seeds / "
+             f"with runs | beyond seed noise (p (Holm) < {SIGNIFICANT}) |", "|---|---|---|---|---|---|---|---|"]
     for a in tasks:
         base, methods = a["base"], [m for m in a["groups"] if m != baseline]
         full = sum(a["groups"][m]["n"] >= 5 for m in methods)
@@ -311,12 +315,11 @@ def _glance(tasks: list[dict], baseline: str, pending: list[str]) -> list[str]:
                   if t["p_holm"] is not None and t["p_holm"] < SIGNIFICANT]
         cells = [f"{a['task']} ({a['metric'].removeprefix('dev ')})",
                  "" if base is None else f"{base['mean']:.4f} ({base['n']})",
-                 f"{TARGETS[a['task']]:g}" if a["task"] in TARGETS else "", _learnt(a),
+                 "" if a["chance"] is None else f"{a['chance']:.4f}", _target(a["task"]), _learnt(a),
                  "" if a["detectable"] is None else f"±{a['scale'] * a['detectable']:.1f} pts",
                  f"{full} / {len(methods)}", ", ".join(beyond) or "none"]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += [f"| {task} |  | {TARGETS[task]:g} | not run yet |  |  |  |" if task in TARGETS else
-              f"| {task} |  |  | not run yet |  |  |  |" for task in pending]
+    lines += [f"| {task} |  |  | {_target(task)} | not run yet |  |  |  |" for task in pending]
     return lines + [""]
 
 
