@@ -128,13 +128,18 @@ def test_report_opens_with_one_row_per_task_including_the_grids_tasks_not_run_ye
     values = fake_report_runs(tmp_path / "runs", keyword_glue)
     grid = tmp_path / "grid.yaml"
     grid.write_text(yaml.safe_dump({"command": "finetune", "base": {"epochs": 2},
-                                    "grid": {"task": ["sst2", "stsb", "cola", "rte"], "seed": [0, 1, 2]}}))
+                                    "grid": {"task": ["sst2", "stsb", "cola", "rte"], "seed": [0, 1, 2, 3, 4],
+                                             "method": ["vanilla", "ssa-hybrid", "asa", "mean-pool"]}}))
     text = reproduce.report(tmp_path / "runs", "python -m course_lib bench reproduce", grid)
     sst2 = [r for r in collect.collect(tmp_path / "runs") if r["task"] == "sst2" and r["method"] == "vanilla"]
     glance = text.split("## At a glance")[1].split("\n## ")[0]
     rows = {cells[0].split()[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")]
                                                       for line in glance.splitlines()[3:] if line.startswith("| "))}
     assert list(rows) == ["cola", "sst2", "stsb", "rte"]  # the runs' tasks, then the grid's others
+    # seeds 3 and 4 of the 8 cells with runs and all 5 of the 4 cells without, at their task's 60 s a run: 36 min;
+    # rte has no pace to go by
+    assert ("24 complete runs of the grid's 80 (the rest to come: about 0.6 hours of training at the complete "
+            "runs' pace, plus 20 runs of tasks with none complete yet)") in text
     assert rows["sst2"][1:5] == ["0.8100 (3)", f"{reproduce.chance_level(sst2, 'dev accuracy'):.4f}", "0.83",
                                  "**no**"]
     assert rows["stsb"][1:5] == ["0.8300 (3)", "0.0000", "0.8", "yes"]

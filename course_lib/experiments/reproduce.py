@@ -203,14 +203,30 @@ def holm_family(tasks: list[dict]) -> list[dict]:
     return family
 
 
-def _runs_of(done: int, grid: str | Path) -> str:
-    """'13 complete runs', with ' of the grid's 160 (the rest to come)' while the grid file lists more."""
-    runs = f"{done} complete run{'s' if done != 1 else ''}"
+def _runs_of(rows: list[dict], grid: str | Path) -> str:
+    """'13 complete runs', with ' of the grid's 160 (the rest to come: about 20 hours ...)' while the grid file
+    lists more. The hours left are each missing run's task and method at the mean training time of its complete
+    runs (else its task's), so they are only as good as the pace the machine kept."""
+    runs = f"{len(rows)} complete run{'s' if len(rows) != 1 else ''}"
     try:
-        total = len(load_grid(grid, Path("runs")))
+        planned = [run.config for run in load_grid(grid, Path("runs"))]
     except UsageError:  # no grid file here (e.g. a report rebuilt elsewhere): the count alone
         return runs
-    return runs + (f" of the grid's {total} (the rest to come)" if total > done else "")
+    done = {(r["task"], r["method"], r["config"].get("seed")) for r in rows}
+    missing = [(c.task, c.method) for c in planned if (c.task, c.method, c.seed) not in done]
+    if not missing:
+        return runs
+    pace: dict[tuple, list[float]] = {}
+    for r in rows:
+        for key in ((r["task"], r["method"]), (r["task"], None)):
+            pace.setdefault(key, []).append(r["train_seconds"] or 0.0)
+    known = [statistics.fmean(pace.get(key) or pace[key[0], None]) for key in missing
+             if key in pace or (key[0], None) in pace]
+    left = f"about {sum(known) / 3600:.1f} hours of training at the complete runs' pace" if known else ""
+    unpaced = len(missing) - len(known)
+    if unpaced:
+        left += f"{', plus ' if known else ''}{unpaced} runs of tasks with none complete yet"
+    return runs + f" of the grid's {len(planned)} (the rest to come: {left})"
 
 
 def _header(rows: list[dict], command: str, grid: str | Path, rebuild: str | None, archive: Path | None,
@@ -220,7 +236,7 @@ def _header(rows: list[dict], command: str, grid: str | Path, rebuild: str | Non
                                         f"metrics.json), running nothing: `{rebuild}`.")
     lines = ["# CPU reproduction: every method against vanilla on dev sets", "",
              f"Written on {datetime.date.today().isoformat()} ({platform.machine()}, {os.cpu_count()} CPUs) from "
-             f"the grid `{_shown(grid)}`: {_runs_of(len(rows), grid)}, {seconds / 3600:.1f} hours of training in "
+             f"the grid `{_shown(grid)}`: {_runs_of(rows, grid)}, {seconds / 3600:.1f} hours of training in "
              f"all. Run or resume the grid with `{command}`.{again}", "",
              f"Each cell is a dev-set metric, mean ± sample std over seeds. Δ is the method's mean minus {baseline}'s "
              "over the same seeds (equal data order and initialisation), p the two-sided paired t-test and p (Holm) "
