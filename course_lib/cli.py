@@ -76,8 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="speed: our encoder vs Hugging Face's BertModel; methods: each method's training step "
                             "vs vanilla (AG vs MLM) and SSA's label generation; sparsemax: ours vs entmax; "
                             "diagnostics: shortcut reliance and precision@k on synthetic data with ground truth; "
-                            "reproduce: a grid of every method vs vanilla over seeds, paired tests (--grid; "
-                            "default: the GLUE grid); "
+                            "reproduce: a grid (--grid) of every method vs vanilla over seeds, paired tests; "
                             "reference: our tagging / multiple-choice fine-tuning vs transformers' (--task)")
     bench.add_argument("--task", default=None, help="reference: wnut17 (needs WNUT17_DIR) or dream (DREAM_DIR)")
     bench.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")

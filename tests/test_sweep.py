@@ -158,6 +158,25 @@ def test_a_grid_reordered_to_run_its_baseline_first_keeps_the_names_of_its_runs(
     assert sorted(run.name for run in first) == sorted(run.name for run in second)  # the same folders
     assert {run.name: run.config for run in first} == {run.name: run.config for run in second}
 
+def test_exclude_leaves_a_methods_runs_on_one_task_out_and_a_bad_rule_is_one_line(tmp_path, capsys):
+    grid = tmp_path / "grid.yaml"
+    raw = {"command": "finetune", "base": {"epochs": 1},
+           "grid": {"method": ["vanilla", "ssaf", "asa"], "task": ["sst2", "rte"], "seed": [0, 1]},
+           "exclude": [{"task": "rte", "method": "ssaf"}, {"method": "asa", "seed": 1}]}
+    grid.write_text(yaml.safe_dump(raw, sort_keys=False))
+    names = [run.name for run in sweep.load_grid(grid, tmp_path / "runs")]
+    assert len(names) == 12 - 2 - 2  # ssaf's two rte seeds, asa's seed 1 on both tasks
+    assert names[:4] == ["task=sst2,method=vanilla,seed=0", "task=sst2,method=vanilla,seed=1",
+                         "task=rte,method=vanilla,seed=0", "task=rte,method=vanilla,seed=1"]
+    assert "task=rte,method=ssaf,seed=0" not in names and "task=sst2,method=ssaf,seed=1" in names
+    assert [n for n in names if "asa" in n] == ["task=sst2,method=asa,seed=0", "task=rte,method=asa,seed=0"]
+    for rule, message in (({"task": "cola", "method": "ssaf"}, "task='cola' is not in the grid (valid: sst2, rte)"),
+                          ({"lr": 1.0}, "lr=1.0 is not in the grid (valid: grid keys: method, task, seed)")):
+        grid.write_text(yaml.safe_dump({**raw, "exclude": [rule]}, sort_keys=False))
+        assert sweep.main([str(grid), "--dry-run"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.strip().count("\n") == 0
+
 def test_each_run_has_its_folder_and_a_command_line_that_parses_back_to_its_config(tmp_path):
     grid = write_grid(tmp_path / "grid.yaml", {"task": ["sst2"], "lr": [5e-5, 1e-3], "bucket_by_length": [True]},
                       epochs=2, weight_decay=0.0, sparsegen_lambda=-4)

@@ -10,7 +10,8 @@ With `command: notebook` the keys are `notebook`, `preset`, `kernel` and the not
 (`grid: {notebook: [01_kou2020_ssa, 03_cui2019_sparse_attention], preset: [cpu], seed: [0, 1, 2]}`), and
 each run executes `python -m course_lib.notebooks run` (papermill) into its folder. `task_overrides: {rte: {lr:
 3.0e-5}}` (finetune) and `notebook_overrides: {06_results: {runs_dir: ...}}` (notebook) set fields for one task
-or notebook only.
+or notebook only. `exclude: [{task: dream, method: ssaf}]` leaves the runs matching a partial combination out
+of the product (a method that does not apply to a task).
 
 Every run is validated (`FinetuneConfig.from_dict`, `NotebookRun.from_dict`) before anything starts. A run
 lives in its own folder, named by its grid values (`task=sst2,method=vanilla,seed=0`, whatever the grid's
@@ -66,7 +67,7 @@ RUN, LOG, LOCK = "run.json", "log.txt", ".lock"  # the sweep's files in a run fo
 STDERR_LINES = 20  # how much of a failed run's stderr run.json keeps as its error
 # gpu_hours: the estimate a dry run adds up; task_overrides: {task: {field: value}}, a finetune grid's recipe per
 # task (the papers' Table 5 and such); notebook_overrides: {notebook: {parameter: value}} in a notebook grid
-GRID_KEYS = ("base", "command", "grid", "task_overrides", "notebook_overrides", "gpu_hours")
+GRID_KEYS = ("base", "command", "grid", "exclude", "task_overrides", "notebook_overrides", "gpu_hours")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,8 +187,7 @@ def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
                 _config(path, f"grid.{key}={value!r}", {**base, key: value})
 
     runs = {}
-    for combination in itertools.product(*grid.values()):
-        values = dict(zip(grid, combination))
+    for values in _combinations(grid, _exclusions(path, raw.get("exclude"), grid)):
         name = run_name(values)
         if name in runs:
             raise UsageError(f"{path}: two runs would share the folder {name!r}; make the grid values differ")
@@ -197,6 +197,29 @@ def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
                   "output_dir": str(Path(output_dir) / name)}
         runs[name] = Run(name, _config(path, f"run {name}", config, kind))
     return list(runs.values())
+
+
+def _combinations(grid: dict, excluded: list[dict]):
+    """The grid's product in file order (first list outermost), less the combinations an exclusion matches."""
+    for combination in itertools.product(*grid.values()):
+        values = dict(zip(grid, combination))
+        if not any(all(values[k] == v for k, v in rule.items()) for rule in excluded):
+            yield values
+
+
+def _exclusions(path: Path, rules, grid: dict) -> list[dict]:
+    """The grid file's `exclude`: a list of partial combinations (`{task: dream, method: ssaf}`) whose runs the
+    product leaves out, where a method does not apply to a task. Each key is a grid key, each value one of its."""
+    if rules is None:
+        return []
+    if not isinstance(rules, list) or not all(isinstance(rule, dict) and rule for rule in rules):
+        raise UsageError(f"{path}: exclude must be a list of mappings of grid keys to values, got {rules!r}")
+    for rule in rules:
+        for key, value in rule.items():
+            if key not in grid or value not in grid[key]:
+                valid = ", ".join(map(str, grid[key])) if key in grid else f"grid keys: {', '.join(grid)}"
+                raise UsageError(f"{path}: exclude {rule!r}: {key}={value!r} is not in the grid (valid: {valid})")
+    return rules
 
 
 def _task_overrides(path: Path, raw: dict, kind, grid: dict) -> dict:
