@@ -222,9 +222,10 @@ def test_the_demo_grid_points_notebook_06_at_the_demos_own_runs(tmp_path):
     ("command: finetune\nbase: {seed: 1}\ngrid: {seed: [0]}\n", "'seed' is in both base and grid"),
     ("command: train\ngrid: {seed: [0]}\n", "grid.yaml: unknown command 'train' (valid: finetune, notebook)"),
     ("command: finetune\ngrids: {seed: [0]}\n",
-     "grid.yaml: unknown key 'grids' (valid: base, command, grid, task_overrides, notebook_overrides, gpu_hours)"),
-    ("- task: sst2\n", "grid.yaml must be a mapping with keys base, command, grid, task_overrides, notebook_overrides, "
-                      "gpu_hours; it holds a list"),
+     "grid.yaml: unknown key 'grids' (valid: base, command, grid, exclude, task_overrides, notebook_overrides, "
+     "gpu_hours)"),
+    ("- task: sst2\n", "grid.yaml must be a mapping with keys base, command, grid, exclude, task_overrides, "
+                      "notebook_overrides, gpu_hours; it holds a list"),
     ("command: notebook\ngrid: {notebook: [06_results]}\ntask_overrides: {sst2: {lr: 1}}\n",
      "grid.yaml: task_overrides is for finetune grids; this grid runs notebook (use notebook_overrides)"),
     ("command: finetune\ngrid: {task: [sst2], seed: [0]}\ntask_overrides: {sst2: {seed: 3}}\n",
