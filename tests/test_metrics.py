@@ -183,6 +183,16 @@ def test_detectable_difference_has_the_power_asked_for():
     assert detectable_difference(0.02, 3, alpha=0.01, power=0.9) > detectable_difference(0.02, 3)
 
 
+def test_seeds_to_detect_is_the_first_seed_count_whose_detectable_difference_reaches_the_claim():
+    from course_lib.tasks.metrics import detectable_difference, seeds_to_detect
+    for sd, claim in ((0.02, 0.009), (0.02, -0.009), (0.01, 0.03), (0.005, 0.001)):
+        n = seeds_to_detect(sd, claim)
+        assert detectable_difference(sd, n) <= abs(claim) and (n == 2 or detectable_difference(sd, n - 1) > abs(claim))
+    z = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
+    assert seeds_to_detect(0.02, 0.009) == pytest.approx((z * 0.02 / 0.009) ** 2, rel=0.1)  # ~39 seeds: normal
+    assert seeds_to_detect(0.02, 0.0001) is None and seeds_to_detect(0.02, 0.0) is None  # past 1000; no claim
+    assert seeds_to_detect(None, 0.01) is None
+
 def test_detectable_difference_shrinks_with_seeds_towards_the_normal_formula():
     from course_lib.tasks.metrics import detectable_difference
     values = [detectable_difference(1.0, n) for n in range(2, 40)]

@@ -119,9 +119,12 @@ def test_report_states_what_the_seeds_can_detect(tmp_path, keyword_glue):
         math.sqrt(np.mean([np.var(np.subtract(values["sst2"][m], values["sst2"]["vanilla"]), ddof=1)
                            for m in ("asa", "ssa-hybrid")])), 3)
     assert points > 0.9  # so the paper's +0.9 on SST-2 is below what 3 seeds detect
+    needed = metrics.seeds_to_detect(points / 100 / metrics.detectable_difference(1.0, 3), 0.009)
+    assert needed > 3
     assert sst2["asa"][8] == f"no difference beyond seed noise; the paper's +0.9 is below what 3 seeds can detect " \
-                             f"here (±{points:.1f})"
-    assert sst2["ssa-hybrid"][8].endswith(f"the paper's +0.9 is below what 3 seeds can detect here (±{points:.1f})")
+                             f"here (±{points:.1f}); about {needed} seeds would detect it"
+    assert sst2["ssa-hybrid"][8].endswith(f"the paper's +0.9 is below what 3 seeds can detect here (±{points:.1f}); "
+                                          f"about {needed} seeds would detect it")
 
 
 def test_report_opens_with_one_row_per_task_including_the_grids_tasks_not_run_yet(tmp_path, keyword_glue):
@@ -162,6 +165,10 @@ def test_verdict_sets_the_test_against_the_claim_and_the_seeds():
                                                                 "below what 5 seeds can detect here (±2.1)")
     assert reproduce.verdict(-0.02, 0.01, 1.5, 3, 0.01, 3) == "worse than vanilla; the paper's gain does not show"
     assert reproduce.verdict(0.02, None, None, 1) == "not tested (fewer than 2 paired seeds)"
+    assert reproduce.verdict(0.001, 0.3, 0.5, 5, 0.021, 5, needed=61).endswith(
+        "the paper's +0.5 is below what 5 seeds can detect here (±2.1); about 61 seeds would detect it")
+    assert reproduce.verdict(0.001, 0.3, 0.5, 5, 0.021, 5, needed=1001).endswith(
+        "(±2.1); more than 1000 seeds would be needed")
 
 
 def test_bench_reproduce_runs_the_grid_resumes_and_writes_the_report(tmp_path, tiny_model_dir, keyword_glue,

@@ -29,7 +29,7 @@ from pathlib import Path
 from course_lib.errors import UsageError
 from course_lib.experiments import collect
 from course_lib.tasks.registry import get_task
-from course_lib.tasks.metrics import detectable_difference, holm_adjusted
+from course_lib.tasks.metrics import detectable_difference, holm_adjusted, seeds_to_detect
 from course_lib.experiments.reported import REPORTED
 from course_lib.repro import atomic_write
 from course_lib.experiments.sweep import load_grid, sweep
@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_GRID = ROOT / "ci" / "grids" / "cpu_reproduction.yaml"
 DEFAULT_REPORT = Path("results") / "cpu_reproduction.md"
 SIGNIFICANT = 0.05  # two-sided p below this counts as a difference beyond seed noise
+MOST_SEEDS = 1000  # past this many seeds a claim is called out of reach
 CHANCE_MARGIN = 0.01  # a baseline within this of chance level has learnt nothing worth comparing
 POWER = 0.8  # the power at which the report states the smallest detectable difference
 # What vanilla must reach on a task (dev metric, mean over seeds) for the budget to count as one where it learns
@@ -153,17 +154,19 @@ def seed_noise(differences: dict[str, list[float]]) -> tuple[float | None, int, 
 
 
 def verdict(diff: float | None, p: float | None, claimed: float | None = None, pairs: int = 0,
-            detectable: float | None = None, seeds: int = 0, scale: float = 100.0) -> str:
+            detectable: float | None = None, seeds: int = 0, scale: float = 100.0, needed: int | None = None) -> str:
     """One plain sentence on what the paired test says (p: Holm-adjusted), set against what the paper claims
     (claimed: its Δ in points) and what these seeds can detect (detectable: in the metric's units, of which
-    one is `scale` points)."""
+    one is `scale` points; needed: how many seeds would detect the claim, `metrics.seeds_to_detect`)."""
     if diff is None or (p is None and pairs < 2):
         return "not tested (fewer than 2 paired seeds)"
     if p is None:  # every pair equal (metrics.paired_t_test): no spread to test against
         return "equal to vanilla on every seed" if diff == 0 else f"{diff:+.4f} on every seed (no spread to test)"
     gain = claimed is not None and claimed > 0
     below = "" if claimed is None or detectable is None or abs(claimed) >= scale * detectable else \
-        f"the paper's {claimed:+.1f} is below what {seeds} seeds can detect here (±{scale * detectable:.1f})"
+        f"the paper's {claimed:+.1f} is below what {seeds} seeds can detect here (±{scale * detectable:.1f})" + \
+        ("" if needed is None else f"; about {needed} seeds would detect it" if needed <= MOST_SEEDS else
+         f"; more than {MOST_SEEDS} seeds would be needed")
     if p < SIGNIFICANT:
         said = "better than vanilla" if diff > 0 else "worse than vanilla"
         if gain:
@@ -251,8 +254,9 @@ def _header(rows: list[dict], command: str, grid: str | Path, rebuild: str | Non
              "variance of its differences), so it is the same on every row of a task; pooled rather than each "
              "method's own because a few seeds leave one method's sd very uncertain. It is given in the metric "
              "and in points, to set beside the paper's Δ; Holm's correction asks for a smaller p still, so what "
-             "these seeds can detect after it is larger. Each task's target is what vanilla should reach where "
-             "the budget clearly learns the task (mean over seeds)."]
+             "these seeds can detect after it is larger. Where the paper's Δ is below it, the verdict says about "
+             "how many seeds would detect the paper's Δ at the same noise. Each task's target is what vanilla "
+             "should reach where the budget clearly learns the task (mean over seeds)."]
     if any(r["method"] in CONTROLS for r in rows):
         lines += ["", "`mean-pool` is a control, not a paper's method: vanilla with the classifier on the mean of "
                   "the token vectors instead of [CLS]. The packaged MiniLM was trained as a sentence encoder with "
@@ -292,8 +296,10 @@ def _row(a: dict, method: str, group: dict, baseline: str) -> str:
     elif a["at_chance"] and p is not None:
         said = f"not judged: {baseline} is at chance level"
     else:
+        needed = None if claim is None or a["sd"] is None else \
+            seeds_to_detect(a["sd"], claim[0] / a["scale"], most=MOST_SEEDS) or MOST_SEEDS + 1
         said = verdict(diff, p_holm if p is not None else None, None if claim is None else claim[0],
-                       test.get("pairs", 0), detectable, a["seeds"], a["scale"])
+                       test.get("pairs", 0), detectable, a["seeds"], a["scale"], needed)
     if method in CONTROLS:
         said = f"{CONTROLS[method]}; {said}"
     cells = [method, str(group["n"]), collect._mean_std(group["metrics"].get(a["metric"])),

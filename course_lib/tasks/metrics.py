@@ -198,3 +198,21 @@ def detectable_difference(sd_diff: float | None, n: int, alpha: float = 0.05, po
         high *= 2
     noncentrality = optimize.brentq(shortfall, 0.0, high, xtol=1e-12, rtol=1e-12)
     return noncentrality * abs(float(sd_diff)) / math.sqrt(n)
+
+
+def seeds_to_detect(sd_diff: float | None, delta: float, alpha: float = 0.05, power: float = 0.8,
+                    most: int = 1000) -> int | None:
+    """The fewest pairs (seeds) whose `detectable_difference` is at most |delta|: how many seeds a claimed gain
+    needs to show at this seed noise. None past `most` seeds, for delta 0, or without a noise to go by."""
+    if sd_diff is None or not math.isfinite(sd_diff) or delta == 0:
+        return None
+    low, high = 2, most  # detectable_difference falls as n grows: bisect for the first n that reaches |delta|
+    if detectable_difference(sd_diff, high, alpha, power) > abs(delta):
+        return None
+    while low < high:
+        middle = (low + high) // 2
+        if detectable_difference(sd_diff, middle, alpha, power) <= abs(delta):
+            high = middle
+        else:
+            low = middle + 1
+    return low
