@@ -206,14 +206,21 @@ def holm_family(tasks: list[dict]) -> list[dict]:
     return family
 
 
-def _runs_of(rows: list[dict], grid: str | Path) -> str:
+def _planned(grid: str | Path) -> list | None:
+    """The configs of the grid file's runs, read once per report; None where the file cannot be read here (a
+    report rebuilt elsewhere)."""
+    try:
+        return [run.config for run in load_grid(grid, Path("runs"))]
+    except UsageError:
+        return None
+
+
+def _runs_of(rows: list[dict], planned: list | None) -> str:
     """'13 complete runs', with ' of the grid's 160 (the rest to come: about 20 hours ...)' while the grid file
     lists more. The hours left are each missing run's task and method at the mean training time of its complete
     runs (else its task's), so they are only as good as the pace the machine kept."""
     runs = f"{len(rows)} complete run{'s' if len(rows) != 1 else ''}"
-    try:
-        planned = [run.config for run in load_grid(grid, Path("runs"))]
-    except UsageError:  # no grid file here (e.g. a report rebuilt elsewhere): the count alone
+    if planned is None:  # no grid file here: the count alone
         return runs
     done = {(r["task"], r["method"], r["config"].get("seed")) for r in rows}
     missing = [(c.task, c.method) for c in planned if (c.task, c.method, c.seed) not in done]
@@ -232,14 +239,14 @@ def _runs_of(rows: list[dict], grid: str | Path) -> str:
     return runs + f" of the grid's {len(planned)} (the rest to come: {left})"
 
 
-def _header(rows: list[dict], command: str, grid: str | Path, rebuild: str | None, archive: Path | None,
-            baseline: str) -> list[str]:
+def _header(rows: list[dict], command: str, grid: str | Path, planned: list | None, rebuild: str | None,
+            archive: Path | None, baseline: str) -> list[str]:
     seconds = sum(r["train_seconds"] or 0 for r in rows)
     again = "" if rebuild is None else (f" Rebuild this report from the archive `{_shown(archive)}` (each run's "
                                         f"metrics.json), running nothing: `{rebuild}`.")
     lines = ["# CPU reproduction: every method against vanilla on dev sets", "",
              f"Written on {datetime.date.today().isoformat()} ({platform.machine()}, {os.cpu_count()} CPUs) from "
-             f"the grid `{_shown(grid)}`: {_runs_of(rows, grid)}, {seconds / 3600:.1f} hours of training in "
+             f"the grid `{_shown(grid)}`: {_runs_of(rows, planned)}, {seconds / 3600:.1f} hours of training in "
              f"all. Run or resume the grid with `{command}`.{again}", "",
              f"Each cell is a dev-set metric, mean ± sample std over seeds. Δ is the method's mean minus {baseline}'s "
              "over the same seeds (equal data order and initialisation), p the two-sided paired t-test and p (Holm) "
@@ -345,14 +352,6 @@ def _glance(tasks: list[dict], baseline: str, pending: list[str]) -> list[str]:
     return lines + [""]
 
 
-def _grid_tasks(grid: str | Path) -> list[str]:
-    """The tasks the grid file runs, in its order; [] where it cannot be read here."""
-    try:
-        return list(dict.fromkeys(run.config.task for run in load_grid(grid, Path("runs"))))
-    except UsageError:
-        return []
-
-
 def _many_tests(family: list[dict]) -> list[str]:
     if not family:
         return []
@@ -373,8 +372,10 @@ def report(runs_dir: str | Path, command: str, grid: str | Path, baseline: str =
     rows = collect.collect(runs_dir)
     tasks = [analyse(task, rows, baseline) for task in dict.fromkeys(r["task"] for r in rows)]
     family = holm_family(tasks)
-    lines = _header(rows, command, grid, rebuild, None if archive is None else Path(archive), baseline)
-    lines += _glance(tasks, baseline, [t for t in _grid_tasks(grid) if t not in {a["task"] for a in tasks}])
+    planned = _planned(grid)
+    lines = _header(rows, command, grid, planned, rebuild, None if archive is None else Path(archive), baseline)
+    ran = {a["task"] for a in tasks}
+    lines += _glance(tasks, baseline, [t for t in dict.fromkeys(c.task for c in planned or []) if t not in ran])
     for a in tasks:
         lines += [f"## {a['task']} ({a['metric']})", "", *_task_notes(a, baseline),
                   f"| method | seeds | {a['metric']} | Δ vs {baseline} | p | p (Holm) | detectable Δ "
