@@ -90,10 +90,12 @@ def link_pretraining(rows: list[dict]) -> None:
         row["config"]["model"] = f"pre-trained here, recipe {digest}"
 
 
-def _of_kind(rows: list[dict]) -> dict[str, list[dict]]:
-    by_kind: dict[str, list[dict]] = {}
+def _of_kind(rows: list[dict], *also: str) -> dict:
+    """Rows by their kind (kinds have different settings), or by (kind, *also) where more keys are named."""
+    by_kind: dict = {}
     for row in rows:
-        by_kind.setdefault(row["kind"], []).append(row)
+        key = tuple(row[field] for field in ("kind", *also)) if also else row["kind"]
+        by_kind.setdefault(key, []).append(row)
     return by_kind
 
 
@@ -203,7 +205,7 @@ def seed_points(rows: list[dict]) -> list[dict]:
     label tells a task's recipes apart as the tables do: a method run at two learning rates is two columns,
     never one pool of seeds, and the same run in two folders is one point."""
     points = []
-    for (kind, _), mine in _of_kind_and_task(rows).items():
+    for (kind, _), mine in _of_kind(rows, "task").items():
         fields = group_fields(mine)
         varying = [field for field in fields[2:] if not KINDS[kind].is_method_field(field)]
         for row in (row for members in _groups(mine, fields) for row in members):
@@ -212,13 +214,6 @@ def seed_points(rows: list[dict]) -> list[dict]:
                                "metric": row["main_metric"], "seed": row["config"].get("seed"),
                                "value": row["metrics"][row["main_metric"]]})
     return points
-
-
-def _of_kind_and_task(rows: list[dict]) -> dict[tuple, list[dict]]:
-    by_task: dict[tuple, list[dict]] = {}
-    for row in rows:
-        by_task.setdefault((row["kind"], row["task"]), []).append(row)
-    return by_task
 
 
 def run_curves(runs_dir: str | Path, rows: list[dict], curve: str = "eval_curve", field: str = "mlm_loss") -> dict:
