@@ -36,6 +36,7 @@ import torch
 
 from course_lib.errors import Parser, UsageError, choice_error, report_errors
 from course_lib.model.heads import cls_row_layer
+from course_lib.repro import atomic_write
 
 SHAPES = {  # Hugging Face config fields; base is bert-base-uncased's shape
     "base": dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
@@ -466,9 +467,8 @@ def run_checks(args: argparse.Namespace, argv: list[str] | None) -> int:
         results[section]["section_seconds"] = round(time.perf_counter() - started, 1)
         print(f"{section}: {json.dumps(results[section])[:400]}", flush=True)
     report = Path(args.report or work / "report.md")
-    report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text(format_report(results), encoding="utf-8")
-    report.with_suffix(".json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    atomic_write(report, lambda f: f.write(format_report(results).encode("utf-8")))
+    atomic_write(report.with_suffix(".json"), lambda f: f.write(json.dumps(results, indent=1).encode("utf-8")))
     print(f"report: {report}")
     return 0 if all(r.get("passed", True) for k, r in results.items() if k in SECTIONS) else 1
 
