@@ -150,8 +150,8 @@ def test_report_opens_with_one_row_per_task_including_the_grids_tasks_not_run_ye
     assert rows["sst2"][6] == "0 / 2"  # 3 seeds each: no method has the 5 seeds of a finished cell
     mean_pool = np.mean(values["stsb"]["mean-pool"]) - np.mean(values["stsb"]["vanilla"])
     hybrid = np.mean(values["sst2"]["ssa-hybrid"]) - np.mean(values["sst2"]["vanilla"])
-    assert rows["stsb"][7] == f"mean-pool {mean_pool:+.4f}"  # stsb's ssa-hybrid has p < 0.05, but not after Holm
-    assert rows["sst2"][7] == f"ssa-hybrid {hybrid:+.4f}" and rows["cola"][7] == "none"
+    assert rows["stsb"][7] == f"mean-pool {100 * mean_pool:+.1f} pts"  # stsb's ssa-hybrid: p < 0.05, not after Holm
+    assert rows["sst2"][7] == f"ssa-hybrid {100 * hybrid:+.1f} pts" and rows["cola"][7] == "none"
     detectable = table(text, "sst2")["asa"][6]  # '±0.0123 (1.2 pts)'
     assert rows["sst2"][5] == "±" + detectable.split("(")[1].rstrip(")")
 
@@ -286,3 +286,11 @@ def test_dreams_chance_level_is_its_most_common_answer_position(tmp_path):
     dev = get_family("multiple_choice").read(get_task("dream").bind(cfg), "dev", cfg)
     whole = max(Counter(q.label for q in dev).values()) / len(dev)
     assert 0.30 < chance < 0.40 and abs(chance - whole) < 0.05 and chance != whole  # 600 of 2,040, per seed
+
+
+def test_many_tests_paragraph_agrees_in_number():
+    one = {"task": "squad_articles", "method": "ssaf", "p_value": 0.004, "p_holm": 0.004}
+    text = " ".join(reproduce._many_tests([one]))
+    assert "there is 1 paired test;" in text and "correction for 1 test, 1 remains: ssaf on squad_articles." in text
+    two = [one, {**one, "method": "asa", "p_value": 0.2, "p_holm": 0.2}]
+    assert "correction for 2 tests, 1 remains: ssaf on squad_articles." in " ".join(reproduce._many_tests(two))

@@ -340,7 +340,7 @@ def _glance(tasks: list[dict], baseline: str, pending: list[str]) -> list[str]:
     for a in tasks:
         base, methods = a["base"], [m for m in a["groups"] if m != baseline]
         full = sum(a["groups"][m]["n"] >= 5 for m in methods)
-        beyond = [f"{m} {t['mean_difference']:+.4f}" for m, t in a["tests"].items()
+        beyond = [f"{m} {a['scale'] * t['mean_difference']:+.1f} pts" for m, t in a["tests"].items()
                   if t["p_holm"] is not None and t["p_holm"] < SIGNIFICANT]
         cells = [f"{a['task']} ({a['metric'].removeprefix('dev ')})",
                  "" if base is None else f"{base['mean']:.4f} ({base['n']})",
@@ -357,12 +357,13 @@ def _many_tests(family: list[dict]) -> list[str]:
         return []
     m, tasks = len(family), ", ".join(dict.fromkeys(t["task"] for t in family))
     kept = [f"{t['method']} on {t['task']}" for t in family if t["p_holm"] < SIGNIFICANT]
+    tests = "test" if m == 1 else "tests"
     return ["## Many tests at once", "",
-            f"On the tasks the baseline learnt (above chance level: {tasks}) there are {m} paired tests; at p < "
-            f"{SIGNIFICANT} about "
-            f"{m * SIGNIFICANT:.1f} of them would come out 'significant' by chance alone. "
-            f"{sum(t['p_value'] < SIGNIFICANT for t in family)} did; after Holm's correction for {m} tests, "
-            f"{len(kept)} remain{': ' + ', '.join(kept) if kept else ''}. The verdicts above read p (Holm).", ""]
+            f"On the tasks the baseline learnt (above chance level: {tasks}) there {'is' if m == 1 else 'are'} {m} "
+            f"paired {tests}; at p < {SIGNIFICANT} about {m * SIGNIFICANT:.1f} of them would come out "
+            f"'significant' by chance alone. {sum(t['p_value'] < SIGNIFICANT for t in family)} did; after Holm's "
+            f"correction for {m} {tests}, {len(kept)} remain{'s' if len(kept) == 1 else ''}"
+            f"{': ' + ', '.join(kept) if kept else ''}. The verdicts above read p (Holm).", ""]
 
 
 def report(runs_dir: str | Path, command: str, grid: str | Path, baseline: str = "vanilla",
