@@ -201,6 +201,20 @@ def test_task_overrides_change_their_task_only_and_hours_add_up_per_task(tmp_pat
     assert sweep.gpu_hours(grid, runs) == 2 * 0.5 + 2 * 0.25
 
 
+def test_a_methods_own_option_in_task_overrides_leaves_the_other_methods_runs_as_they_were(tmp_path):
+    """ASA's tau for one task (Wu et al.'s 0.5 on WNUT-17) must not make that task's vanilla runs new runs."""
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("command: finetune\nbase: {epochs: 1}\ngrid: {task: [wnut17, sst2], method: [vanilla, asa]}\n"
+                    "task_overrides:\n  wnut17: {asa_tau: 0.5, lr: 3.0e-5}\n")
+    configs = {r.name: r.config for r in sweep.load_grid(grid, tmp_path / "runs")}
+    default = FinetuneConfig().asa_tau
+    assert default != 0.5
+    assert configs["task=wnut17,method=asa"].asa_tau == 0.5
+    vanilla = configs["task=wnut17,method=vanilla"]
+    assert (vanilla.asa_tau, vanilla.lr) == (default, 3e-5)  # the shared recipe still applies
+    assert configs["task=sst2,method=asa"].asa_tau == default
+
+
 def test_the_demo_grid_points_notebook_06_at_the_demos_own_runs(tmp_path):
     """make demo: notebook 06 tabulates the runs notebooks 01-05 made in this sweep's folder, and only 06 gets
     that parameter."""

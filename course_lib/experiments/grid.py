@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from course_lib.errors import UsageError
-from course_lib.methods.registry import METHODS, get_method
+from course_lib.methods.registry import own_options_only
 from course_lib.model.config import Validated
 from course_lib.repro import progress
 from course_lib.experiments.sweep import run_name
@@ -94,14 +94,6 @@ def _check_fields(fields: dict, where: str) -> None:
     if clash:
         raise UsageError(f"{where} sets {clash[0]!r}, which the grid sets for each run (tasks, methods and "
                          f"seeds are its axes; output_dir its folder)")
-
-
-def own_options_only(values: dict) -> dict:
-    """A fine-tuning run's fields with the options only other methods read set back to their defaults."""
-    own = set(get_method(values["method"]).fields)
-    others = {name for method in METHODS.values() for name in method.fields} - own
-    defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
-    return {k: defaults[k] if k in others else v for k, v in values.items()}
 
 
 def _grid_run(base: Validated, parent: Path, key: RunKey, fields: dict, task_overrides: dict) -> GridRun:

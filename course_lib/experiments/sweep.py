@@ -55,7 +55,7 @@ import yaml
 from course_lib.experiments.collect import lock_exclusive, write_results
 from course_lib.training.config import FinetuneConfig
 from course_lib.errors import Parser, UsageError, report_errors, yaml_float_hint
-from course_lib.methods.registry import get_method
+from course_lib.methods.registry import own_options_only
 from course_lib.experiments.notebooks import NotebookRun
 from course_lib.repro import (METRICS, atomic_write, check_writable_dir, progress, remove_stale_temporaries,
                               write_json)
@@ -101,11 +101,13 @@ class Run:
 
 
 def _config(path: Path, where: str, values: dict, kind=FinetuneConfig):
-    """kind.from_dict, which checks types and ranges, with the file and the key in its errors."""
+    """kind.from_dict, which checks types and ranges, with the file and the key in its errors; a fine-tuning run
+    keeps only its own method's options (the others at their defaults), so its folder's config is the same
+    whichever methods the grid also runs."""
     try:
         cfg = kind.from_dict(values)
-        if isinstance(cfg, FinetuneConfig):
-            get_method(cfg.method)  # the registry, not the config, knows the methods
+        if isinstance(cfg, FinetuneConfig):  # the registry, not the config, knows the methods and their options:
+            cfg = FinetuneConfig.from_dict(own_options_only(cfg.to_dict()))  # a task's asa_tau leaves vanilla be
         return cfg
     except UsageError as err:
         message = f"{path}: {where}: {err}"
