@@ -104,7 +104,7 @@ def _grid_run(base: Validated, parent: Path, key: RunKey, fields: dict, task_ove
     values = {**base.to_dict(), **task_overrides.get(key.task, {}), **fields, **axes,
               "output_dir": str(parent / name)}
     if isinstance(base, FinetuneConfig):
-        values = own_options_only(values)
+        values = own_options_only(values, base.defaults())
     try:
         return GridRun(key, name, type(base).from_dict(values))
     except UsageError as err:

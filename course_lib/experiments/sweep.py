@@ -106,8 +106,8 @@ def _config(path: Path, where: str, values: dict, kind=FinetuneConfig):
     whichever methods the grid also runs."""
     try:
         cfg = kind.from_dict(values)
-        if isinstance(cfg, FinetuneConfig):  # the registry, not the config, knows the methods and their options:
-            cfg = FinetuneConfig.from_dict(own_options_only(cfg.to_dict()))  # a task's asa_tau leaves vanilla be
+        if isinstance(cfg, FinetuneConfig):  # the registry, not the config, knows the methods and their options
+            cfg = FinetuneConfig.from_dict(own_options_only(cfg.to_dict(), cfg.defaults()))
         return cfg
     except UsageError as err:
         message = f"{path}: {where}: {err}"

@@ -17,7 +17,6 @@ line here (or in a user's file: `register(Method(...))` before `finetune`).
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -27,7 +26,6 @@ from course_lib.methods import ssaf
 from course_lib.errors import UsageError, choice_error
 from course_lib.model.heads import MeanPoolClassifier
 from course_lib.tasks.glue import SENTENCE
-from course_lib.training.config import FinetuneConfig
 
 
 @dataclass(frozen=True)
@@ -88,12 +86,11 @@ def get_method(name: str) -> Method:
     return METHODS[name]
 
 
-def own_options_only(values: dict) -> dict:
+def own_options_only(values: dict, defaults: dict) -> dict:
     """A fine-tuning run's fields with the options only other methods read set back to their defaults, so a
     vanilla run is the same run (and the same folder's config) whatever ASA's tau or SSAF's lambda a grid sets."""
     own = set(get_method(values["method"]).fields)
     others = {name for method in METHODS.values() for name in method.fields} - own
-    defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
     return {k: defaults[k] if k in others else v for k, v in values.items()}
 
 
