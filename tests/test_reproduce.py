@@ -11,6 +11,7 @@ import yaml
 from scipy import stats
 
 from course_lib import cli
+from course_lib.errors import UsageError
 from course_lib.experiments import collect, reproduce, sweep
 from course_lib.tasks import metrics
 
@@ -294,3 +295,36 @@ def test_many_tests_paragraph_agrees_in_number():
     assert "there is 1 paired test;" in text and "correction for 1 test, 1 remains: ssaf on squad_articles." in text
     two = [one, {**one, "method": "asa", "p_value": 0.2, "p_holm": 0.2}]
     assert "correction for 2 tests, 1 remains: ssaf on squad_articles." in " ".join(reproduce._many_tests(two))
+
+
+def test_a_fresh_clone_goes_on_from_the_committed_archive_without_training_its_runs_again(tmp_path, tiny_model_dir,
+                                                                                         keyword_glue, monkeypatch):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"command": "finetune", "base": {
+        "model": str(tiny_model_dir), "glue_dir": str(keyword_glue)}, "grid": {"method": ["vanilla", "bert-mask"]}}))
+    trained = []
+
+    def execute(run, lock_fd, timeout):  # a run that completes at once
+        (run.folder / "metrics.json").write_text(json.dumps(
+            {"status": "complete", "task": "sst2", "config": run.config.to_dict(), "dev": {"accuracy": 0.8}}))
+        trained.append(run.folder.name)
+        return {"status": "complete", "seconds": 1.0}
+
+    monkeypatch.setattr(sweep, "execute", execute)
+    runs, archive = tmp_path / "runs", tmp_path / "archive"
+    assert sweep.sweep(grid, runs, archive=archive) == 0 and len(trained) == 2
+    first = trained[0]
+    shutil.rmtree(runs / trained[1])  # as in a fresh clone: one run folder gone, the other without its metrics
+    (runs / first / "metrics.json").unlink()
+    assert sweep.sweep(grid, runs, archive=archive) == 0
+    assert len(trained) == 2  # nothing trained again
+    assert all((runs / name / "metrics.json").read_bytes() == (archive / name / "metrics.json").read_bytes()
+               for name in trained)
+    assert len(collect.collect(runs)) == 2  # and both are in the sweep's results table
+    shutil.rmtree(runs)
+    saved = json.loads((archive / first / "metrics.json").read_text())
+    saved["config"]["seed"] = 7  # an archived run of another configuration is refused, not taken for this one
+    (archive / first / "metrics.json").write_text(json.dumps(saved))
+    with pytest.raises(UsageError, match="seed=7"):
+        sweep.sweep(grid, runs, archive=archive)
+    assert len(trained) == 2

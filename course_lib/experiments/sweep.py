@@ -464,20 +464,41 @@ def archive_run(run: Run, archive: str | Path | None) -> None:
         atomic_write(target, lambda f: f.write(data))
 
 
+def restore_from_archive(run: Run, archive: str | Path | None) -> bool:
+    """Copy the archive's metrics.json of a run back into its folder when the folder lacks a complete one, so
+    a grid run in pieces goes on in a fresh clone (whose run folders are gone) without training again what the
+    committed archive already holds. An archived copy of another configuration is refused, as a folder's is
+    (`check_same_config`). Return whether the run was restored."""
+    source = None if archive is None else Path(archive) / run.folder.name / METRICS
+    if source is None or run_status(run) == "complete" or not source.is_file():
+        return False
+    saved = _read_json(source)
+    k = first_difference(saved.get("config") or {}, run.config)
+    if k is not None:
+        raise UsageError(f"{source} holds a run with {k}={saved['config'].get(k)!r}, but the grid gives "
+                         f"{k}={run.config.to_dict()[k]!r}; move that archive aside or use another --archive")
+    if saved.get("status") != "complete":
+        return False
+    data = source.read_bytes()
+    run.folder.mkdir(parents=True, exist_ok=True)
+    atomic_write(run.folder / METRICS, lambda f: f.write(data))
+    return True
+
+
 def sweep(grid_file: str | Path, output_dir: str | Path | None = None, shard: tuple[int, int] = (0, 1),
           dry_run: bool = False, retry_failed: bool = True, timeout: float | None = None,
           archive: str | Path | None = None) -> int:
     """Run (or, with dry_run, list) this shard's runs; return the exit code: 0 when all are complete. With an
-    archive folder, each complete run of the shard (finished now or before) is copied there (`archive_run`)."""
+    archive folder, each complete run of the shard (finished now or before) is copied there (`archive_run`), and
+    a run the archive holds but its folder does not is restored from it, not run again (`restore_from_archive`)."""
     output_dir = Path(output_dir) if output_dir is not None else Path("runs/sweep") / Path(grid_file).stem
     runs = load_grid(grid_file, output_dir)
-    index, count = shard
-    mine = runs[index::count]
+    (index, count), mine = shard, runs[shard[0]::shard[1]]
     for run in mine:
         check_same_config(run)
+    restored = 0 if dry_run else sum(restore_from_archive(run, archive) for run in mine)
     status = {run.name: run_status(run) for run in mine}
     part = f" (shard {index}/{count} of {len(runs)})" if count > 1 else ""
-
     if dry_run:
         return _list_runs(grid_file, output_dir, mine, status, part)
 
@@ -488,6 +509,7 @@ def sweep(grid_file: str | Path, output_dir: str | Path | None = None, shard: tu
     if archive is not None:
         check_writable_dir(archive)
     print(f"{output_dir}: {len(mine)} runs{part}: {len(todo)} to run, {len(skipped)} already complete"
+          + (f" ({restored} of them restored from the archive {archive})" if restored else "")
           + (f", {len(left)} failed and not retried" if left else ""))
     complete, failed, busy = [], [(r, _read_json(r.folder / RUN).get("error")) for r in left], []
     bar = progress(total=len(mine), initial=len(mine) - len(todo), desc="sweep", unit="run")
