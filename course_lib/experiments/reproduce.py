@@ -247,7 +247,8 @@ def _header(rows: list[dict], command: str, grid: str | Path, planned: list | No
     lines = ["# CPU reproduction: every method against vanilla on dev sets", "",
              f"Written on {datetime.date.today().isoformat()} ({platform.machine()}, {os.cpu_count()} CPUs) from "
              f"the grid `{_shown(grid)}`: {_runs_of(rows, planned)}, {seconds / 3600:.1f} hours of training in "
-             f"all. Run or resume the grid with `{command}`.{again}", "",
+             f"all. Run or resume the grid with `{command}` (a fresh clone too: a run the archive holds is "
+             f"not trained again).{again}", "",
              f"Each cell is a dev-set metric, mean ± sample std over seeds. Δ is the method's mean minus {baseline}'s "
              "over the same seeds (equal data order and initialisation), p the two-sided paired t-test and p (Holm) "
              "that p after Holm's correction across every test on the tasks the baseline learnt (above chance "
