@@ -328,3 +328,28 @@ def test_a_fresh_clone_goes_on_from_the_committed_archive_without_training_its_r
     with pytest.raises(UsageError, match="seed=7"):
         sweep.sweep(grid, runs, archive=archive)
     assert len(trained) == 2
+
+
+def test_a_method_run_with_its_own_option_off_the_default_is_paired_and_named_in_its_row(tmp_path, keyword_glue):
+    values = {"vanilla": [0.80, 0.82, 0.81], "asa (asa_tau=0.5)": [0.70, 0.73, 0.71], "asa": [0.79, 0.83, 0.80]}
+    for label, by_seed in values.items():
+        own = {"asa_tau": 0.5} if "0.5" in label else {}
+        for seed, value in enumerate(by_seed):
+            fake_run(tmp_path / label, "sst2", label.split()[0], seed, value, glue_dir=str(keyword_glue), **own)
+    text = reproduce.report(tmp_path, "python -m course_lib bench reproduce", "grid.yaml")
+    rows = table(text, "sst2")
+    assert sorted(rows) == sorted(values)  # each setting its own row, each against vanilla over the same seeds
+    for label in ("asa", "asa (asa_tau=0.5)"):
+        assert rows[label][3] == f"{np.mean(values[label]) - np.mean(values['vanilla']):+.4f}"
+        assert rows[label][4] == f"{stats.ttest_rel(values[label], values['vanilla']).pvalue:.3f}"
+        assert rows[label][7] == "+0.9 (Wu et al. 2023, Tab. 1)"  # the paper's claim is the method's, whatever tau
+    assert not any(cells[8].startswith("not tested") for cells in rows.values())
+
+
+def test_a_chance_level_that_cannot_be_read_is_said_to_be_unknown_not_left_blank(tmp_path):
+    for method in ("vanilla", "asa"):
+        for seed in range(2):
+            fake_run(tmp_path, "sst2", method, seed, 0.8 + 0.01 * seed, glue_dir=str(tmp_path / "no-glue-here"))
+    text = reproduce.report(tmp_path, "python -m course_lib bench reproduce", "grid.yaml")
+    glance = [line for line in text.splitlines() if line.startswith("| sst2 (accuracy)")]
+    assert glance[0].split(" | ")[2] == "unknown (dev data not found here)"

@@ -178,13 +178,30 @@ def verdict(diff: float | None, p: float | None, claimed: float | None = None, p
     return "no difference beyond seed noise" + ("; the paper's gain does not show at this scale" if gain else "")
 
 
+def method_groups(rows: list[dict]) -> dict[str, dict]:
+    """One task's runs summarised by method label (`collect._method_label`: the method with its own options where
+    they are off their defaults), the key its paired test has too, so a method run with a task's own option (ASA
+    at tau 0.5 on WNUT-17) is set against the baseline in its row."""
+    by_label: dict[str, list[dict]] = {}
+    for row in rows:
+        by_label.setdefault(collect._method_label(row), []).append(row)
+    groups = {}
+    for label, members in by_label.items():
+        summary = collect.summarize(members)
+        if len(summary) != 1:
+            raise UsageError(f"{members[0]['task']}: the runs of {label} differ in "
+                             f"{', '.join(collect.group_fields(members)[2:])}; one report row needs one setting")
+        groups[label] = summary[0]
+    return groups
+
+
 def analyse(task: str, rows: list[dict], baseline: str = "vanilla") -> dict:
     """One task's numbers: its metric, groups by method, paired tests, chance level, whether the baseline is at
     chance, the seed noise and the smallest difference detectable with POWER at p < SIGNIFICANT."""
     metric = primary_metric(task)
     mine = [r for r in rows if r["task"] == task]
     chance = chance_level([r for r in mine if r["config"].get("method") == baseline], metric)
-    groups = {g["method"]: g for g in collect.summarize(mine)}
+    groups = method_groups(mine)
     base = groups.get(baseline, {}).get("metrics", {}).get(metric)
     sd, seeds, methods = seed_noise(paired_differences(mine, metric, baseline))
     return {"task": task, "metric": metric, "groups": groups, "chance": chance, "base": base,
@@ -297,7 +314,7 @@ def _task_notes(a: dict, baseline: str) -> list[str]:
 def _row(a: dict, method: str, group: dict, baseline: str) -> str:
     test = a["tests"].get(method, {})
     diff, p, p_holm = test.get("mean_difference"), test.get("p_value"), test.get("p_holm")
-    claim = None if method == baseline else paper_delta(method, a["task"], a["metric"])
+    claim = None if method == baseline else paper_delta(group["method"], a["task"], a["metric"])
     detectable = a["detectable"]
     if method == baseline:
         said = "baseline"
@@ -308,8 +325,8 @@ def _row(a: dict, method: str, group: dict, baseline: str) -> str:
             seeds_to_detect(a["sd"], claim[0] / a["scale"], most=MOST_SEEDS) or MOST_SEEDS + 1
         said = verdict(diff, p_holm if p is not None else None, None if claim is None else claim[0],
                        test.get("pairs", 0), detectable, a["seeds"], a["scale"], needed)
-    if method in CONTROLS:
-        said = f"{CONTROLS[method]}; {said}"
+    if group["method"] in CONTROLS:
+        said = f"{CONTROLS[group['method']]}; {said}"
     cells = [method, str(group["n"]), collect._mean_std(group["metrics"].get(a["metric"])),
              "" if diff is None else f"{diff:+.4f}", "" if p is None else f"{p:.3f}",
              "" if p_holm is None else f"{p_holm:.3f}",
@@ -345,7 +362,8 @@ def _glance(tasks: list[dict], baseline: str, pending: list[str]) -> list[str]:
                   if t["p_holm"] is not None and t["p_holm"] < SIGNIFICANT]
         cells = [f"{a['task']} ({a['metric'].removeprefix('dev ')})",
                  "" if base is None else f"{base['mean']:.4f} ({base['n']})",
-                 "" if a["chance"] is None else f"{a['chance']:.4f}", _target(a["task"]), _learnt(a),
+                 "unknown (dev data not found here)" if a["chance"] is None else f"{a['chance']:.4f}",
+                 _target(a["task"]), _learnt(a),
                  "" if a["detectable"] is None else f"±{a['scale'] * a['detectable']:.1f} pts",
                  f"{full} / {len(methods)}", ", ".join(beyond) or "none"]
         lines.append("| " + " | ".join(cells) + " |")
