@@ -204,18 +204,28 @@ def test_bench_reproduce_runs_the_grid_resumes_and_writes_the_report(tmp_path, t
     assert cli.main(rebuild) == 0 and report.read_text() == text and not runs.exists()
 
 
+def two_run_grid(tmp_path: Path, model: Path, glue: Path) -> Path:
+    """A grid file of two fine-tuning runs (vanilla, bert-mask) for tests that fake the runs' execution."""
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"command": "finetune", "base": {"model": str(model), "glue_dir": str(glue)},
+                                    "grid": {"method": ["vanilla", "bert-mask"]}}))
+    return grid
+
+
+def completed_metrics(run) -> str:
+    """The metrics.json of a run that completed at once."""
+    return json.dumps({"status": "complete", "task": "sst2", "config": run.config.to_dict(), "dev": {"accuracy": 0.8}})
+
+
 def test_the_archive_keeps_each_run_as_it_completes_even_when_the_sweep_is_killed(tmp_path, tiny_model_dir,
                                                                                  keyword_glue, monkeypatch):
-    grid = tmp_path / "grid.yaml"
-    grid.write_text(yaml.safe_dump({"command": "finetune", "base": {
-        "model": str(tiny_model_dir), "glue_dir": str(keyword_glue)}, "grid": {"method": ["vanilla", "bert-mask"]}}))
+    grid = two_run_grid(tmp_path, tiny_model_dir, keyword_glue)
     finished = []
 
     def execute(run, lock_fd, timeout):  # a run that completes at once, leaving the files a real one leaves
         if finished and len(finished) == kill_after:
             raise KeyboardInterrupt  # the sweep is killed during this run
-        (run.folder / "metrics.json").write_text(json.dumps(
-            {"status": "complete", "task": "sst2", "config": run.config.to_dict(), "dev": {"accuracy": 0.8}}))
+        (run.folder / "metrics.json").write_text(completed_metrics(run))
         (run.folder / "checkpoint.pt").write_bytes(b"weights")
         finished.append(run.folder)
         return {"status": "complete", "seconds": 1.0}
@@ -299,14 +309,11 @@ def test_many_tests_paragraph_agrees_in_number():
 
 def test_a_fresh_clone_goes_on_from_the_committed_archive_without_training_its_runs_again(tmp_path, tiny_model_dir,
                                                                                          keyword_glue, monkeypatch):
-    grid = tmp_path / "grid.yaml"
-    grid.write_text(yaml.safe_dump({"command": "finetune", "base": {
-        "model": str(tiny_model_dir), "glue_dir": str(keyword_glue)}, "grid": {"method": ["vanilla", "bert-mask"]}}))
+    grid = two_run_grid(tmp_path, tiny_model_dir, keyword_glue)
     trained = []
 
     def execute(run, lock_fd, timeout):  # a run that completes at once
-        (run.folder / "metrics.json").write_text(json.dumps(
-            {"status": "complete", "task": "sst2", "config": run.config.to_dict(), "dev": {"accuracy": 0.8}}))
+        (run.folder / "metrics.json").write_text(completed_metrics(run))
         trained.append(run.folder.name)
         return {"status": "complete", "seconds": 1.0}
 

@@ -311,12 +311,13 @@ def _task_notes(a: dict, baseline: str) -> list[str]:
                     f"{POWER:.0%} power.", ""]
 
 
-def _row(a: dict, method: str, group: dict, baseline: str) -> str:
-    test = a["tests"].get(method, {})
+def _row(a: dict, label: str, group: dict, baseline: str) -> str:
+    """One row of a task's table; label is the method with its own options off their defaults (`method_groups`)."""
+    test = a["tests"].get(label, {})
     diff, p, p_holm = test.get("mean_difference"), test.get("p_value"), test.get("p_holm")
-    claim = None if method == baseline else paper_delta(group["method"], a["task"], a["metric"])
+    claim = None if label == baseline else paper_delta(group["method"], a["task"], a["metric"])
     detectable = a["detectable"]
-    if method == baseline:
+    if label == baseline:
         said = "baseline"
     elif a["at_chance"] and p is not None:
         said = f"not judged: {baseline} is at chance level"
@@ -327,10 +328,10 @@ def _row(a: dict, method: str, group: dict, baseline: str) -> str:
                        test.get("pairs", 0), detectable, a["seeds"], a["scale"], needed)
     if group["method"] in CONTROLS:
         said = f"{CONTROLS[group['method']]}; {said}"
-    cells = [method, str(group["n"]), collect._mean_std(group["metrics"].get(a["metric"])),
+    cells = [label, str(group["n"]), collect._mean_std(group["metrics"].get(a["metric"])),
              "" if diff is None else f"{diff:+.4f}", "" if p is None else f"{p:.3f}",
              "" if p_holm is None else f"{p_holm:.3f}",
-             "" if method == baseline or detectable is None else
+             "" if label == baseline or detectable is None else
              f"±{detectable:.4f} ({a['scale'] * detectable:.1f} pts)",
              "" if claim is None else f"{claim[0]:+.1f} ({claim[1]})", said]
     return "| " + " | ".join(cells) + " |"
@@ -400,7 +401,7 @@ def report(runs_dir: str | Path, command: str, grid: str | Path, baseline: str =
         lines += [f"## {a['task']} ({a['metric']})", "", *_task_notes(a, baseline),
                   f"| method | seeds | {a['metric']} | Δ vs {baseline} | p | p (Holm) | detectable Δ "
                   f"({POWER:.0%} power) | paper's Δ | verdict |", "|---|---|---|---|---|---|---|---|---|"]
-        lines += [_row(a, method, group, baseline) for method, group in a["groups"].items()] + [""]
+        lines += [_row(a, label, group, baseline) for label, group in a["groups"].items()] + [""]
     return "\n".join(lines + _many_tests(family))
 
 

@@ -469,11 +469,11 @@ def restore_from_archive(run: Run, archive: str | Path | None) -> bool:
     a grid run in pieces goes on in a fresh clone (whose run folders are gone) without training again what the
     committed archive already holds. An archived copy of another configuration is refused, as a folder's is
     (`check_same_config`). Return whether the run was restored."""
-    source = None if archive is None else Path(archive) / run.folder.name / METRICS
-    if source is None or run_status(run) == "complete" or not source.is_file():
+    if archive is None or run_status(run) == "complete":
         return False
-    saved = _read_json(source)
-    k = first_difference(saved.get("config") or {}, run.config)
+    source = Path(archive) / run.folder.name / METRICS
+    saved = _read_json(source)  # {} when the archive lacks the run
+    k = first_difference(saved.get("config") or {}, run.config) if saved else None
     if k is not None:
         raise UsageError(f"{source} holds a run with {k}={saved['config'].get(k)!r}, but the grid gives "
                          f"{k}={run.config.to_dict()[k]!r}; move that archive aside or use another --archive")
