@@ -29,7 +29,7 @@ from course_lib.tasks.tagging import TAGGING
 
 ADVERSARIAL_MASK = -1e4  # logit offset on cut units, as in the authors' code
 # Wu et al. (2023), Table 5: tau per fine-tuning task. A grid or preset that runs ASA on one of these tasks sets
-# this value; tests/test_grid.py checks every grid file and paper preset.
+# this value; tests/test_paper_settings.py checks every grid file and notebook preset.
 PAPER_TAU = {"sst2": 0.3, "mnli": 0.3, "qnli": 0.3, "qqp": 0.3, "stsb": 0.3, "wnut17": 0.5, "dream": 0.5,
              "anli": 0.3, "paws_qqp": 0.3, "hellaswag": 0.3}
 

@@ -10,8 +10,9 @@ import torch
 
 from course_lib.model.attention import sparsity
 
-# Cui et al. (2019), Sec. 4: the lambda chosen per task (paper task names: SST-1 is our sst5). A grid or preset that
-# runs SSAF on one of these tasks sets this value; tests/test_grid.py checks every grid file and paper preset.
+# Cui et al. (2019), Sec. 4: the lambda chosen per task (paper task names: SST-1 is our sst5). A grid or preset
+# that runs SSAF on one of these tasks sets this value; tests/test_paper_settings.py checks every grid file and
+# notebook preset.
 PAPER_LAMBDA = {"sst2": -4.0, "sst5": -3.0, "semeval2013": -3.0, "scitail": -6.0, "squad": -7.0}
 
 
