@@ -128,6 +128,26 @@ def test_report_states_what_the_seeds_can_detect(tmp_path, keyword_glue):
                                           f"about {needed} seeds would detect it")
 
 
+
+def test_a_method_with_fewer_seeds_gets_its_own_detectable_difference_and_not_the_others(tmp_path, keyword_glue):
+    values = fake_report_runs(tmp_path, keyword_glue)
+    more = {"vanilla": [0.845, 0.825], "ssa-hybrid": [0.875, 0.845]}  # stsb's vanilla and ssa-hybrid on 5 seeds
+    for method, by_seed in more.items():
+        for seed, value in enumerate(by_seed, start=3):
+            fake_run(tmp_path, "stsb", method, seed, value, "pearson")
+    text = reproduce.report(tmp_path, "python -m course_lib bench reproduce", "grid.yaml")
+    base = values["stsb"]["vanilla"] + more["vanilla"]
+    gaps = {"ssa-hybrid": np.subtract(values["stsb"]["ssa-hybrid"] + more["ssa-hybrid"], base),
+            "mean-pool": np.subtract(values["stsb"]["mean-pool"], base[:3])}
+    sd = math.sqrt(np.mean([np.var(g, ddof=1) for g in gaps.values()]))
+    five, three = metrics.detectable_difference(sd, 5), metrics.detectable_difference(sd, 3)
+    rows = table(text, "stsb")
+    assert rows["ssa-hybrid"][1] == "5" and rows["ssa-hybrid"][6] == f"±{five:.4f} ({100 * five:.1f} pts)"
+    assert rows["mean-pool"][1] == "3" and rows["mean-pool"][6] == f"±{three:.4f} ({100 * three:.1f} pts)"
+    assert "below what 5 seeds can detect" in rows["ssa-hybrid"][8]  # the paper's +0.1 on STS-B
+    assert f"sd {sd:.4f} (pooled over 2 methods) with 5 seeds" in text  # the task's note: its fullest method
+
+
 def test_report_opens_with_one_row_per_task_including_the_grids_tasks_not_run_yet(tmp_path, keyword_glue):
     values = fake_report_runs(tmp_path / "runs", keyword_glue)
     grid = tmp_path / "grid.yaml"

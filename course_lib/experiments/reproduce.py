@@ -145,12 +145,13 @@ def paired_differences(rows: list[dict], metric: str, baseline: str = "vanilla")
 
 def seed_noise(differences: dict[str, list[float]]) -> tuple[float | None, int, int]:
     """The seed noise of a task's paired differences: the root mean of each method's sample variance of its
-    differences (methods with 2 or more pairs), the fewest pairs among them and how many methods; (None, 0, 0)
-    when no method has 2 pairs. Pooled because 3 seeds give each method's own sd a wide uncertainty."""
+    differences (methods with 2 or more pairs), the most pairs among them (the task's seeds once its grid is
+    complete) and how many methods; (None, 0, 0) when no method has 2 pairs. Pooled because 3 seeds give each
+    method's own sd a wide uncertainty."""
     tested = [d for d in differences.values() if len(d) >= 2]
     if not tested:
         return None, 0, 0
-    return math.sqrt(statistics.fmean(statistics.variance(d) for d in tested)), min(map(len, tested)), len(tested)
+    return math.sqrt(statistics.fmean(statistics.variance(d) for d in tested)), max(map(len, tested)), len(tested)
 
 
 def verdict(diff: float | None, p: float | None, claimed: float | None = None, pairs: int = 0,
@@ -276,12 +277,12 @@ def _header(rows: list[dict], command: str, grid: str | Path, planned: list | No
              f"'detectable Δ ({POWER:.0%} power)' is the smallest true mean difference a paired t-test at p < "
              f"{SIGNIFICANT} over these seeds finds {POWER:.0%} of the time, for the task's seed noise: the sd of "
              "the paired differences pooled over the task's methods (the root mean of each method's sample "
-             "variance of its differences), so it is the same on every row of a task; pooled rather than each "
-             "method's own because a few seeds leave one method's sd very uncertain. It is given in the metric "
-             "and in points, to set beside the paper's Δ; Holm's correction asks for a smaller p still, so what "
-             "these seeds can detect after it is larger. Where the paper's Δ is below it, the verdict says about "
-             "how many seeds would detect the paper's Δ at the same noise. Each task's target is what vanilla "
-             "should reach where the budget clearly learns the task (mean over seeds)."]
+             "variance of its differences), so a task's rows differ in it only by their number of seeds; pooled "
+             "rather than each method's own because a few seeds leave one method's sd very uncertain. It is "
+             "given in the metric and in points, to set beside the paper's Δ; Holm's correction asks for a "
+             "smaller p still, so what these seeds can detect after it is larger. Where the paper's Δ is below it, "
+             "the verdict says about how many seeds would detect the paper's Δ at the same noise. Each task's "
+             "target is what vanilla should reach where the budget clearly learns the task (mean over seeds)."]
     if any(r["method"] in CONTROLS for r in rows):
         lines += ["", "`mean-pool` is a control, not a paper's method: vanilla with the classifier on the mean of "
                   "the token vectors instead of [CLS]. The packaged MiniLM was trained as a sentence encoder with "
@@ -316,7 +317,8 @@ def _row(a: dict, label: str, group: dict, baseline: str) -> str:
     test = a["tests"].get(label, {})
     diff, p, p_holm = test.get("mean_difference"), test.get("p_value"), test.get("p_holm")
     claim = None if label == baseline else paper_delta(group["method"], a["task"], a["metric"])
-    detectable = a["detectable"]
+    pairs = test.get("pairs", 0)  # a method still short of the task's seeds detects less than the others
+    detectable = detectable_difference(a["sd"], pairs, SIGNIFICANT, POWER)
     if label == baseline:
         said = "baseline"
     elif a["at_chance"] and p is not None:
@@ -325,7 +327,7 @@ def _row(a: dict, label: str, group: dict, baseline: str) -> str:
         needed = None if claim is None or a["sd"] is None else \
             seeds_to_detect(a["sd"], claim[0] / a["scale"], most=MOST_SEEDS) or MOST_SEEDS + 1
         said = verdict(diff, p_holm if p is not None else None, None if claim is None else claim[0],
-                       test.get("pairs", 0), detectable, a["seeds"], a["scale"], needed)
+                       pairs, detectable, pairs, a["scale"], needed)
     if group["method"] in CONTROLS:
         said = f"{CONTROLS[group['method']]}; {said}"
     cells = [label, str(group["n"]), collect._mean_std(group["metrics"].get(a["metric"])),
