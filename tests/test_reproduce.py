@@ -148,6 +148,35 @@ def test_a_method_with_fewer_seeds_gets_its_own_detectable_difference_and_not_th
     assert f"sd {sd:.4f} (pooled over 2 methods) with 5 seeds" in text  # the task's note: its fullest method
 
 
+
+def test_a_claim_on_another_metric_is_shown_with_it_and_tested_on_it(tmp_path, keyword_glue):
+    """Wu et al. give ASA's STS-B gain in Spearman's rho; the report judges STS-B on Pearson's r."""
+    values = fake_report_runs(tmp_path, keyword_glue)
+    rho = {"vanilla": [0.81, 0.845, 0.826], "asa": [0.83, 0.85, 0.846]}
+    for method, by_seed in rho.items():
+        for seed, value in enumerate(by_seed):
+            name = f"stsb-{method}-{seed}"
+            pearson = values["stsb"]["vanilla"][seed] if method == "vanilla" else value - 0.01
+            if method == "vanilla":
+                shutil.rmtree(tmp_path / name)
+            fake_run(tmp_path, "stsb", method, seed, pearson, "pearson")
+            path = tmp_path / name / "metrics.json"
+            record = json.loads(path.read_text())
+            record["dev"]["spearmanr"] = value
+            path.write_text(json.dumps(record))
+    text = reproduce.report(tmp_path, "python -m course_lib bench reproduce", "grid.yaml")
+    assert reproduce.paper_delta("asa", "stsb", "dev pearson") == (pytest.approx(1.8), "Wu et al. 2023, Tab. 1",
+                                                                   "spearmanr")  # 86.5 - 84.7
+    assert reproduce.paper_delta("ssa-hybrid", "stsb", "dev pearson")[2] == "pearson"  # Kou et al.: Pearson
+    assert table(text, "stsb")["asa"][7] == "+1.8 spearmanr (Wu et al. 2023, Tab. 1)"
+    assert table(text, "stsb")["ssa-hybrid"][7] == "+0.1 (Kou et al. 2020, Tab. 2)"
+    diff = np.mean(rho["asa"]) - np.mean(rho["vanilla"])
+    p = stats.ttest_rel(rho["asa"], rho["vanilla"]).pvalue
+    assert (f"asa: Wu et al. 2023, Tab. 1 give the gain on spearmanr, not pearson; on dev spearmanr: Δ {diff:+.4f} "
+            f"({100 * diff:+.1f} pts) over 3 seeds, p {p:.3f} (outside Holm's family") in text
+    assert text.count("give the gain on") == 1  # no other method's claim is on another metric
+
+
 def test_report_opens_with_one_row_per_task_including_the_grids_tasks_not_run_yet(tmp_path, keyword_glue):
     values = fake_report_runs(tmp_path / "runs", keyword_glue)
     grid = tmp_path / "grid.yaml"

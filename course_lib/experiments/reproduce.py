@@ -75,22 +75,19 @@ def points_per_unit(task: str) -> float:
     return 1.0 if getattr(get_task(task), "percent_scale", False) else 100.0
 
 
-def paper_delta(method: str, task: str, metric: str) -> tuple[float, str] | None:
-    """The paper's own method - vanilla difference in points (x100 of our metric) on this task and metric, and
-    its source; None if no paper reports both rows."""
+def paper_delta(method: str, task: str, metric: str) -> tuple[float, str, str] | None:
+    """The paper's own method - vanilla difference in points (x100 of our metric) on this task, its source and
+    the metric it is on: ours where the paper reports it, else another the paper reports for the task (Wu et
+    al. give STS-B in Spearman's rho only, where Kou et al. and the report use Pearson's r); None if no paper
+    reports both rows."""
     name, task = metric.split(" ", 1)[1], PAPER_TASK.get(task, task)
-    for claim in REPORTED.get(("finetune", method, task), []):
+    claims = sorted(REPORTED.get(("finetune", method, task), []), key=lambda claim: claim.metric != name)
+    for claim in claims:
         base = [r for r in REPORTED.get(("finetune", "vanilla", task), [])
-                if r.source == claim.source and r.metric == name]
-        if claim.metric == name and base:
-            return round(claim.value - base[0].value, 10), claim.source
+                if r.source == claim.source and r.metric == claim.metric]
+        if base:
+            return round(claim.value - base[0].value, 10), claim.source, claim.metric
     return None
-
-
-def paper_gain(method: str, task: str, metric: str) -> str:
-    """`paper_delta` as the report prints it, '+0.9 (Kou et al. 2020, Tab. 2)', or '' if not reported."""
-    claim = paper_delta(method, task, metric)
-    return "" if claim is None else f"{claim[0]:+.1f} ({claim[1]})"
 
 
 def _dev_examples(config: dict) -> list:
@@ -205,7 +202,7 @@ def analyse(task: str, rows: list[dict], baseline: str = "vanilla") -> dict:
     groups = method_groups(mine)
     base = groups.get(baseline, {}).get("metrics", {}).get(metric)
     sd, seeds, methods = seed_noise(paired_differences(mine, metric, baseline))
-    return {"task": task, "metric": metric, "groups": groups, "chance": chance, "base": base,
+    return {"task": task, "metric": metric, "rows": mine, "groups": groups, "chance": chance, "base": base,
             "tests": {t["method"]: t for t in collect.paired_tests(mine, metric, baseline)},
             "at_chance": chance is not None and base is not None and base["mean"] <= chance + CHANCE_MARGIN,
             "sd": sd, "seeds": seeds, "methods": methods, "scale": points_per_unit(task),
@@ -273,7 +270,9 @@ def _header(rows: list[dict], command: str, grid: str | Path, planned: list | No
              f"level); the verdict reads p (Holm): 'beyond seed noise' means p (Holm) < {SIGNIFICANT}. The paper's Δ "
              f"is its own method minus its own {baseline} row in points (x100 of our metric, or the metric itself "
              "where it is 0-100 already, as SQuAD's; BERT-base, GLUE test server or test split): a claim about "
-             "direction and size, not a number to match with a 6-layer MiniLM on a CPU budget.", "",
+             "direction and size, not a number to match with a 6-layer MiniLM on a CPU budget. Where a paper "
+             "gives a task on another metric only, the cell names it and a line under the table tests the method "
+             "on that metric too.", "",
              f"'detectable Δ ({POWER:.0%} power)' is the smallest true mean difference a paired t-test at p < "
              f"{SIGNIFICANT} over these seeds finds {POWER:.0%} of the time, for the task's seed noise: the sd of "
              "the paired differences pooled over the task's methods (the root mean of each method's sample "
@@ -335,8 +334,31 @@ def _row(a: dict, label: str, group: dict, baseline: str) -> str:
              "" if p_holm is None else f"{p_holm:.3f}",
              "" if label == baseline or detectable is None else
              f"±{detectable:.4f} ({a['scale'] * detectable:.1f} pts)",
-             "" if claim is None else f"{claim[0]:+.1f} ({claim[1]})", said]
+             "" if claim is None else f"{claim[0]:+.1f}{_unless_ours(claim[2], a)} ({claim[1]})", said]
     return "| " + " | ".join(cells) + " |"
+
+
+def _unless_ours(paper_metric: str, a: dict) -> str:
+    """' spearmanr' where the paper's claim is on another metric than the task's, else ''."""
+    return "" if f"dev {paper_metric}" == a["metric"] else f" {paper_metric}"
+
+
+def _claims_on_other_metrics(a: dict, baseline: str) -> list[str]:
+    """Under a task's table: each method whose paper reports its gain on another metric than the task's, tested
+    on that metric too, so the claim is set beside a measurement of its own kind."""
+    lines = []
+    for label, group in a["groups"].items():
+        claim = None if label == baseline else paper_delta(group["method"], a["task"], a["metric"])
+        if claim is None or not _unless_ours(claim[2], a):
+            continue
+        tests = [t for t in collect.paired_tests(a["rows"], f"dev {claim[2]}", baseline) if t["method"] == label]
+        said = "no run records it" if not tests or tests[0]["p_value"] is None else \
+            (f"Δ {tests[0]['mean_difference']:+.4f} ({a['scale'] * tests[0]['mean_difference']:+.1f} pts) over "
+             f"{tests[0]['pairs']} seeds, p {tests[0]['p_value']:.3f} (outside Holm's family, which tests each "
+             f"method once, on {a['metric'].removeprefix('dev ')})")
+        lines.append(f"{label}: {claim[1]} give the gain on {claim[2]}, not {a['metric'].removeprefix('dev ')}; "
+                     f"on dev {claim[2]}: {said}.")
+    return lines + [""] if lines else []
 
 
 def _learnt(a: dict) -> str:
@@ -404,6 +426,7 @@ def report(runs_dir: str | Path, command: str, grid: str | Path, baseline: str =
                   f"| method | seeds | {a['metric']} | Δ vs {baseline} | p | p (Holm) | detectable Δ "
                   f"({POWER:.0%} power) | paper's Δ | verdict |", "|---|---|---|---|---|---|---|---|---|"]
         lines += [_row(a, label, group, baseline) for label, group in a["groups"].items()] + [""]
+        lines += _claims_on_other_metrics(a, baseline)
     return "\n".join(lines + _many_tests(family))
 
 
