@@ -128,7 +128,6 @@ def test_report_states_what_the_seeds_can_detect(tmp_path, keyword_glue):
                                           f"about {needed} seeds would detect it")
 
 
-
 def test_a_method_with_fewer_seeds_gets_its_own_detectable_difference_and_not_the_others(tmp_path, keyword_glue):
     values = fake_report_runs(tmp_path, keyword_glue)
     more = {"vanilla": [0.845, 0.825], "ssa-hybrid": [0.875, 0.845]}  # stsb's vanilla and ssa-hybrid on 5 seeds
@@ -146,7 +145,6 @@ def test_a_method_with_fewer_seeds_gets_its_own_detectable_difference_and_not_th
     assert rows["mean-pool"][1] == "3" and rows["mean-pool"][6] == f"±{three:.4f} ({100 * three:.1f} pts)"
     assert "below what 5 seeds can detect" in rows["ssa-hybrid"][8]  # the paper's +0.1 on STS-B
     assert f"sd {sd:.4f} (pooled over 2 methods) with 5 seeds" in text  # the task's note: its fullest method
-
 
 
 def test_a_claim_on_another_metric_is_shown_with_it_and_tested_on_it(tmp_path, keyword_glue):
@@ -204,6 +202,7 @@ def test_report_opens_with_one_row_per_task_including_the_grids_tasks_not_run_ye
     assert rows["sst2"][7] == f"ssa-hybrid {100 * hybrid:+.1f} pts" and rows["cola"][7] == "none"
     detectable = table(text, "sst2")["asa"][6]  # '±0.0123 (1.2 pts)'
     assert rows["sst2"][5] == "±" + detectable.split("(")[1].rstrip(")")
+
 
 def test_verdict_sets_the_test_against_the_claim_and_the_seeds():
     assert reproduce.verdict(0.02, 0.01, 1.5, 3, 0.01, 3) == "better than vanilla, as the paper claims"
