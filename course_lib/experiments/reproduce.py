@@ -202,7 +202,9 @@ def analyse(task: str, rows: list[dict], baseline: str = "vanilla") -> dict:
     groups = method_groups(mine)
     base = groups.get(baseline, {}).get("metrics", {}).get(metric)
     sd, seeds, methods = seed_noise(paired_differences(mine, metric, baseline))
-    return {"task": task, "metric": metric, "rows": mine, "groups": groups, "chance": chance, "base": base,
+    claims = {label: paper_delta(group["method"], task, metric) for label, group in groups.items() if label != baseline}
+    return {"task": task, "metric": metric, "rows": mine, "groups": groups, "claims": claims, "chance": chance,
+            "base": base,
             "tests": {t["method"]: t for t in collect.paired_tests(mine, metric, baseline)},
             "at_chance": chance is not None and base is not None and base["mean"] <= chance + CHANCE_MARGIN,
             "sd": sd, "seeds": seeds, "methods": methods, "scale": points_per_unit(task),
@@ -315,7 +317,7 @@ def _row(a: dict, label: str, group: dict, baseline: str) -> str:
     """One row of a task's table; label is the method with its own options off their defaults (`method_groups`)."""
     test = a["tests"].get(label, {})
     diff, p, p_holm = test.get("mean_difference"), test.get("p_value"), test.get("p_holm")
-    claim = None if label == baseline else paper_delta(group["method"], a["task"], a["metric"])
+    claim = a["claims"].get(label)
     pairs = test.get("pairs", 0)  # a method still short of the task's seeds detects less than the others
     detectable = detectable_difference(a["sd"], pairs, SIGNIFICANT, POWER)
     if label == baseline:
@@ -347,9 +349,8 @@ def _claims_on_other_metrics(a: dict, baseline: str) -> list[str]:
     """Under a task's table: each method whose paper reports its gain on another metric than the task's, tested
     on that metric too, so the claim is set beside a measurement of its own kind."""
     lines = []
-    for label, group in a["groups"].items():
-        claim = None if label == baseline else paper_delta(group["method"], a["task"], a["metric"])
-        if claim is None or not _unless_ours(claim[2], a):
+    for label, claim in a["claims"].items():
+        if claim is None or f"dev {claim[2]}" == a["metric"]:
             continue
         tests = [t for t in collect.paired_tests(a["rows"], f"dev {claim[2]}", baseline) if t["method"] == label]
         said = "no run records it" if not tests or tests[0]["p_value"] is None else \
