@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from course_lib.methods.asa import ADVERSARIAL_MASK, ASAClassifier, Adversary, binarize, grad_reverse, symmetric_kl
+from course_lib.methods.asa import (ADVERSARIAL_MASK, ASAClassifier, ASATokenClassifier, Adversary, binarize,
+                                   grad_reverse, symmetric_kl)
 from course_lib.model.bert import BertModel
 from course_lib.model.config import BertConfig
 from course_lib.model.heads import SequenceClassifier
@@ -82,6 +83,41 @@ def test_symmetric_kl_identities():
     pa, pb = a.softmax(-1), b.softmax(-1)
     by_hand = 0.5 * ((pa * (pa / pb).log()).sum(-1) + (pb * (pb / pa).log()).sum(-1)).mean()
     torch.testing.assert_close(symmetric_kl(a, b), by_hand)
+
+
+def tagger_logits_and_labels(seed=0, B=3, L=7, C=5):
+    """Clean and attacked tag logits of a batch with padding, and labels scoring some positions only."""
+    g = torch.Generator().manual_seed(seed)
+    clean, attacked = (torch.randn(B, L, C, generator=g, dtype=torch.float64) for _ in range(2))
+    labels = torch.randint(0, C, (B, L), generator=g)
+    labels[:, 0] = -100  # [CLS]
+    labels[0, 3:] = -100  # a short sentence: later positions are sub-words or padding
+    labels[1, 1::2] = -100
+    return clean, attacked, labels
+
+
+@pytest.mark.parametrize("reduction", ["window-sum", "word-mean"])
+def test_tagger_divergence_reductions(reduction):
+    """window-sum is the per-token symmetric KL summed over every position and divided by the batch (the authors'
+    code); word-mean is its mean over the scored words, each token's KL computed on its own here."""
+    clean, attacked, labels = tagger_logits_and_labels()
+    tagger = ASATokenClassifier(tiny_encoder(), 5, mode="bernoulli", tagging_divergence=reduction)
+    per_token = {(b, t): symmetric_kl(clean[b, t][None], attacked[b, t][None])
+                 for b in range(clean.shape[0]) for t in range(clean.shape[1])}
+    scored = [kl for (b, t), kl in per_token.items() if labels[b, t] != -100]
+    expected = {"window-sum": sum(per_token.values()) / clean.shape[0], "word-mean": sum(scored) / len(scored)}
+    torch.testing.assert_close(tagger.divergence(clean, attacked, labels), expected[reduction])
+
+
+def test_word_mean_reads_only_the_scored_words_and_window_sum_reads_every_position():
+    clean, attacked, labels = tagger_logits_and_labels(seed=1)
+    moved = attacked.clone()
+    moved[labels == -100] += torch.randn_like(moved[labels == -100])  # padding and sub-words change only
+    word_mean, window_sum = (ASATokenClassifier(tiny_encoder(), 5, mode="bernoulli", tagging_divergence=reduction)
+                             for reduction in ("word-mean", "window-sum"))
+    for model, unchanged in ((word_mean, True), (window_sum, False)):
+        same = torch.isclose(model.divergence(clean, moved, labels), model.divergence(clean, attacked, labels))
+        assert bool(same) == unchanged
 
 
 def test_eval_mode_is_bitwise_vanilla():

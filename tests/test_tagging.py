@@ -304,9 +304,10 @@ def toy_config(files, model, out, **overrides) -> FinetuneConfig:
                           output_dir=str(out), **overrides)
 
 
-@pytest.mark.parametrize("method", ["vanilla", "asa", "bernoulli-mask", "ssaf"])
-def test_a_tiny_tagging_run_finishes_and_writes_conll_predictions(method, toy_files, tiny_model_dir, tmp_path):
-    result = finetune(toy_config(toy_files, tiny_model_dir, tmp_path, method=method))
+@pytest.mark.parametrize("method, options", [("vanilla", {}), ("asa", {}), ("bernoulli-mask", {}), ("ssaf", {}),
+                                             ("asa", {"asa_tagging_divergence": "word-mean"})])
+def test_a_tiny_tagging_run_finishes_and_writes_conll_predictions(method, options, toy_files, tiny_model_dir, tmp_path):
+    result = finetune(toy_config(toy_files, tiny_model_dir, tmp_path, method=method, **options))
     assert result["status"] == "complete" and result["task"] == "custom"
     assert all(math.isfinite(entry["train_loss"]) for entry in result["history"])
     saved = json.loads((tmp_path / "metrics.json").read_text())

@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_lib.model.attention import at_least_fp32
-from course_lib.model.heads import (ClassifierOutput, MultipleChoiceHead, SequenceClassifier, SpanHead,
-                                    TokenClassifier)
+from course_lib.model.heads import (IGNORE_INDEX, ClassifierOutput, MultipleChoiceHead, SequenceClassifier,
+                                    SpanHead, TokenClassifier)
 from course_lib.tasks.glue import SENTENCE
 from course_lib.tasks.registry import run_family
 from course_lib.tasks.multiple_choice import MULTIPLE_CHOICE
@@ -91,6 +91,12 @@ def binarize(x: torch.Tensor, noise: str = "none") -> torch.Tensor:
     return _StraightThroughStep.apply(x)
 
 
+def symmetric_kl_per_row(logits_a: torch.Tensor, logits_b: torch.Tensor) -> torch.Tensor:
+    """½[KL(p_a || p_b) + KL(p_b || p_a)] = ½ Σ_c (p_a - p_b)(log p_a - log p_b) for each row, (..., C) -> (...)."""
+    log_a, log_b = F.log_softmax(at_least_fp32(logits_a), -1), F.log_softmax(at_least_fp32(logits_b), -1)
+    return 0.5 * ((log_a.exp() - log_b.exp()) * (log_a - log_b)).sum(-1)
+
+
 def symmetric_kl(logits_a: torch.Tensor, logits_b: torch.Tensor) -> torch.Tensor:
     """½[KL(p_a || p_b) + KL(p_b || p_a)] of the softmax distributions, summed over classes, batch mean."""
     log_a, log_b = F.log_softmax(at_least_fp32(logits_a), -1), F.log_softmax(at_least_fp32(logits_b), -1)
@@ -151,7 +157,12 @@ class AdversarialSelfAttention:
     @classmethod
     def from_config(cls, cfg, encoder, num_labels: int, **options):
         head = {"dropout": cfg.classifier_dropout} if cls.head_dropout else {}
-        return cls(encoder, num_labels, **head, **options)
+        return cls(encoder, num_labels, **head, **cls.family_options(cfg), **options)
+
+    @classmethod
+    def family_options(cls, cfg) -> dict:
+        """Options of this family's head only (the tagger's divergence reduction); none by default."""
+        return {}
 
     def adversarial_bias(self, attention_mask, keeps: list):
         """The per-layer bias hook for the second pass: cut units get ADVERSARIAL_MASK, shared by all heads."""
@@ -177,7 +188,7 @@ class AdversarialSelfAttention:
         mask = self.encoder_mask(attention_mask)
         adversarial, _ = self.logits(input_ids, attention_mask, token_type_ids,
                                      attention_bias=self.adversarial_bias(mask, keeps))
-        divergence = self.divergence(clean.logits, adversarial)
+        divergence = self.divergence(clean.logits, adversarial, labels)
         loss = clean.loss + divergence
         if self.mode == "asa":  # kept units per sequence over all layers; the GRL makes the adversary maximise it
             penalty = self.asa_tau ** 2 * sum(k.sum() for k in keeps) / keeps[0].shape[0]
@@ -191,7 +202,7 @@ class AdversarialSelfAttention:
 class ASAClassifier(AdversarialSelfAttention, SequenceClassifier):
     """A sequence classifier (or regressor) trained with ASA or with random masks."""
 
-    def divergence(self, clean: torch.Tensor, adversarial: torch.Tensor) -> torch.Tensor:
+    def divergence(self, clean: torch.Tensor, adversarial: torch.Tensor, labels=None) -> torch.Tensor:
         """Symmetric KL of the class distributions; a regressor compares its two predictions directly."""
         if self.num_labels == 1:
             return F.mse_loss(adversarial.float(), clean.float())
@@ -204,17 +215,40 @@ class ASASpanHead(AdversarialSelfAttention, SpanHead):
 
     head_dropout = False
 
-    def divergence(self, clean: torch.Tensor, adversarial: torch.Tensor) -> torch.Tensor:
+    def divergence(self, clean: torch.Tensor, adversarial: torch.Tensor, labels=None) -> torch.Tensor:
         return (symmetric_kl(clean[..., 0], adversarial[..., 0]) + symmetric_kl(clean[..., 1], adversarial[..., 1])) / 2
 
 
-class ASATokenClassifier(AdversarialSelfAttention, TokenClassifier):
-    """A tagger trained with ASA or with random masks: the symmetric KL of each token's tag distribution, summed
-    over the window's positions (padding included, as the authors' code does for WNUT-17) and averaged over the
-    batch."""
+def _window_sum(clean: torch.Tensor, adversarial: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return symmetric_kl(clean, adversarial)  # (B, L, C): batchmean sums over L and C, divides by B
 
-    def divergence(self, clean: torch.Tensor, adversarial: torch.Tensor) -> torch.Tensor:
-        return symmetric_kl(clean, adversarial)  # (B, L, C): batchmean sums over L and C, divides by B
+
+def _word_mean(clean: torch.Tensor, adversarial: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    scored = labels != IGNORE_INDEX
+    return symmetric_kl_per_row(clean, adversarial)[scored].sum() / scored.sum().clamp(min=1)
+
+
+# How a tagger's per-token divergences become one number (`asa_tagging_divergence`). window-sum is the authors'
+# code for WNUT-17: summed over every position of the window, padding and later sub-words included, per sequence,
+# while the tagging loss is a mean over the scored words; so D grows with the window's length and the loss does
+# not. word-mean averages D over the words the loss scores, weighing the two terms alike.
+TAGGING_DIVERGENCES = {"window-sum": _window_sum, "word-mean": _word_mean}
+
+
+class ASATokenClassifier(AdversarialSelfAttention, TokenClassifier):
+    """A tagger trained with ASA or with random masks: the symmetric KL of each token's tag distribution, reduced
+    over the window as `tagging_divergence` says (TAGGING_DIVERGENCES; default the authors' code's)."""
+
+    def __init__(self, *args, tagging_divergence: str = "window-sum", **options):
+        super().__init__(*args, **options)
+        self.reduce_divergence = TAGGING_DIVERGENCES[tagging_divergence]
+
+    @classmethod
+    def family_options(cls, cfg) -> dict:
+        return {"tagging_divergence": cfg.asa_tagging_divergence}
+
+    def divergence(self, clean: torch.Tensor, adversarial: torch.Tensor, labels=None) -> torch.Tensor:
+        return self.reduce_divergence(clean, adversarial, labels)
 
 
 class ASAMultipleChoice(AdversarialSelfAttention, MultipleChoiceHead):
@@ -225,7 +259,7 @@ class ASAMultipleChoice(AdversarialSelfAttention, MultipleChoiceHead):
     def encoder_mask(self, attention_mask):
         return MultipleChoiceHead.flatten(attention_mask)
 
-    def divergence(self, clean: torch.Tensor, adversarial: torch.Tensor) -> torch.Tensor:
+    def divergence(self, clean: torch.Tensor, adversarial: torch.Tensor, labels=None) -> torch.Tensor:
         return symmetric_kl(clean, adversarial)  # (B, C)
 
 

@@ -97,9 +97,11 @@ def own_options_only(values: dict, defaults: dict) -> dict:
 register(Method("vanilla", "plain fine-tuning (Devlin et al. 2019)"))
 register(Method("ssaf", "sparsegen-lin attention in every head (Cui et al. 2019)", ("sparsegen_lambda",),
                 encoder_overrides=ssaf.encoder_config))
-register(Method("asa", "adversarial self-attention (Wu et al. 2023)", ("asa_tau", "asa_noise"),
+register(Method("asa", "adversarial self-attention (Wu et al. 2023)",
+                ("asa_tau", "asa_noise", "asa_tagging_divergence"),
                 build_model=asa.build_asa, families=tuple(asa.ASA_MODELS)))
-register(Method("bernoulli-mask", "random attention masks, ASA's baseline (Wu et al. 2023)", ("bernoulli_p",),
+register(Method("bernoulli-mask", "random attention masks, ASA's baseline (Wu et al. 2023)",
+                ("bernoulli_p", "asa_tagging_divergence"),
                 build_model=asa.build_bernoulli_mask, families=tuple(asa.ASA_MODELS)))
 register(Method("ssa-co", "self-supervised attention, co-training (Kou et al. 2020)", ssa.SSA_FIELDS,
                 build_model=ssa.build_ssa_co, epoch_data=ssa.ssa_epoch_data, token_labels=True,
