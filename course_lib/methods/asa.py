@@ -91,12 +91,6 @@ def binarize(x: torch.Tensor, noise: str = "none") -> torch.Tensor:
     return _StraightThroughStep.apply(x)
 
 
-def symmetric_kl_per_row(logits_a: torch.Tensor, logits_b: torch.Tensor) -> torch.Tensor:
-    """½[KL(p_a || p_b) + KL(p_b || p_a)] = ½ Σ_c (p_a - p_b)(log p_a - log p_b) for each row, (..., C) -> (...)."""
-    log_a, log_b = F.log_softmax(at_least_fp32(logits_a), -1), F.log_softmax(at_least_fp32(logits_b), -1)
-    return 0.5 * ((log_a.exp() - log_b.exp()) * (log_a - log_b)).sum(-1)
-
-
 def symmetric_kl(logits_a: torch.Tensor, logits_b: torch.Tensor) -> torch.Tensor:
     """½[KL(p_a || p_b) + KL(p_b || p_a)] of the softmax distributions, summed over classes, batch mean."""
     log_a, log_b = F.log_softmax(at_least_fp32(logits_a), -1), F.log_softmax(at_least_fp32(logits_b), -1)
@@ -224,8 +218,8 @@ def _window_sum(clean: torch.Tensor, adversarial: torch.Tensor, labels: torch.Te
 
 
 def _word_mean(clean: torch.Tensor, adversarial: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    scored = labels != IGNORE_INDEX
-    return symmetric_kl_per_row(clean, adversarial)[scored].sum() / scored.sum().clamp(min=1)
+    scored = labels != IGNORE_INDEX  # (N, C) rows after indexing: batchmean divides by the N scored words
+    return symmetric_kl(clean[scored], adversarial[scored])
 
 
 # How a tagger's per-token divergences become one number (`asa_tagging_divergence`). window-sum is the authors'
