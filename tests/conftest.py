@@ -1,4 +1,3 @@
-import os
 import random
 from pathlib import Path
 
@@ -6,14 +5,22 @@ import pytest
 import torch
 
 from course_lib.model.weights import default_model_dir
+from course_lib.tasks import local_data
 from sentiment_words import BAD, FILLER, GOOD
 
 @pytest.fixture(scope="session")
 def glue_dir() -> Path:
-    path = os.environ.get("GLUE_DIR")
-    if not path or not Path(path).is_dir():
-        pytest.skip("needs real GLUE data: set GLUE_DIR to a folder in the GLUE layout (CI sets it)")
-    return Path(path)
+    """The real GLUE folder: $GLUE_DIR, else the repository's data/glue. Never skipped: the data is shipped."""
+    path = local_data.data_folder("GLUE_DIR")
+    assert path is not None and path.is_dir(), f"no GLUE data: data/glue is missing from the checkout ({path})"
+    return path
+
+
+@pytest.fixture
+def no_shipped_data(monkeypatch, tmp_path):
+    """The package as a wheel installs it, without the repository's data/: presets go to their variable or the
+    hub. Tests of the hub path and of the generated fallbacks use it."""
+    monkeypatch.setattr(local_data, "REPO_DATA", tmp_path / "no-repository-data")
 
 
 @pytest.fixture(scope="session")

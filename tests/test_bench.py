@@ -41,7 +41,7 @@ def table_row(table: str, first_cell: str) -> str:
     return next(line for line in table.splitlines() if line.startswith(f"| {first_cell} |"))
 
 
-def test_methods_benchmark_structure(tiny_model_dir, monkeypatch):
+def test_methods_benchmark_structure(tiny_model_dir, monkeypatch, no_shipped_data):
     """Targets no step can miss or meet: whatever this machine measures, the verdicts are known."""
     monkeypatch.delenv("GLUE_DIR", raising=False)  # the generated corpus: the same text on every machine
     targets = {"ssaf": 1e6, "asa": 1e-6, "ag": 1e6}  # "at most this many baseline steps"
@@ -99,7 +99,7 @@ def test_sparsemax_benchmark_structure(monkeypatch):
     assert f"| >= {1e6}x | NO |" in table_row(bench.format_sparsemax(missed), "0.0")
 
 
-def test_cli_bench_methods_json(tiny_model_dir, monkeypatch, capsys):
+def test_cli_bench_methods_json(tiny_model_dir, monkeypatch, capsys, no_shipped_data):
     monkeypatch.delenv("GLUE_DIR", raising=False)
     assert cli.main(["bench", "methods", "--json", "--model", str(tiny_model_dir), "--batch-size", "4",
                      "--seq-lens", "16", "--repeats", "1", "--epoch-examples", "8"]) == 0

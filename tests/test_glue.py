@@ -1,10 +1,9 @@
 """GLUE registry, TSV readers (on tiny fixtures in every layout), tokenisation and batching.
 
-The real-data tests read $GLUE_DIR (CI sets it) and skip without it.
+The real-data tests read $GLUE_DIR, else the repository's data/glue.
 """
 
 import importlib.util
-import os
 import sys
 import types
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 import torch
 
 from course_lib.errors import UsageError
+from course_lib.tasks import local_data
 from course_lib.tasks.glue import (
     GLUE_TASKS,
     Example,
@@ -132,6 +132,20 @@ def test_glue_dir_comes_from_the_environment(tmp_path, monkeypatch):
     assert len(load_split("rte", "dev")) == 1
 
 
+def test_without_a_variable_the_shipped_copy_is_read_and_what_it_lacks_comes_from_the_hub(monkeypatch):
+    """No GLUE_DIR: RTE comes from the repository's data/glue without touching the hub; MRPC, not shipped, from
+    the hub, whose error then also names what the repository has."""
+    def offline(*args, **kwargs):
+        raise ConnectionError("no network")
+
+    monkeypatch.delenv("GLUE_DIR", raising=False)
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=offline))
+    assert len(load_split("rte", "dev")) == 277 and len(load_split("cola", "train")) == 8_551
+    with pytest.raises(UsageError, match=r"could not load GLUE mrpc dev .* \(the repository's data/glue has CoLA, "
+                                         r"RTE, SST-2, STS-B\)"):
+        load_split("mrpc", "dev")
+
+
 def test_without_a_folder_reads_the_hub_dataset(monkeypatch):
     calls = []
 
@@ -145,7 +159,7 @@ def test_without_a_folder_reads_the_hub_dataset(monkeypatch):
     assert calls == [("nyu-mll/glue", "mnli", "validation_mismatched")]
 
 
-def test_offline_without_a_folder_says_how_to_get_the_data(monkeypatch):
+def test_offline_without_a_folder_says_how_to_get_the_data(monkeypatch, no_shipped_data):
     def load_dataset(*args, **kwargs):
         raise ConnectionError("Couldn't reach 'nyu-mll/glue' on the Hub")
 
@@ -393,13 +407,9 @@ def test_encode_truncates_to_max_len(tokenizer):
 # ----------------------------------------------------------------------------------------------
 # Real GLUE data (GLUE_DIR)
 
-GLUE_DIR = os.environ.get("GLUE_DIR")
-needs_glue = pytest.mark.skipif(
-    not GLUE_DIR, reason="GLUE_DIR is not set (a folder in the GLUE layout; CI sets it)"
-)
+GLUE_DIR = local_data.data_folder("GLUE_DIR")  # $GLUE_DIR, else the repository's data/glue: never skipped
 
 
-@needs_glue
 @pytest.mark.parametrize(
     "name, split, rows", [("sst2", "train", 67_349), ("sst2", "dev", 872), ("cola", "dev", 1_043),
                           ("rte", "dev", 277), ("stsb", "dev", 1_500)],
@@ -414,7 +424,6 @@ def test_real_glue_row_counts(name, split, rows):
         assert {ex.label for ex in examples} == {0, 1}
 
 
-@needs_glue
 def test_real_rte_dev_encodes_and_batches(tokenizer):
     features = encode(load_split("rte", "dev", GLUE_DIR), tokenizer, max_len=128)
     lengths = [len(f["input_ids"]) for f in features]

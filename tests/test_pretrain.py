@@ -1,9 +1,7 @@
 """MLM pre-training from scratch, with and without AG: curves, determinism, resume, data, bad input."""
 import json
 import math
-import os
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +9,7 @@ import torch
 from course_lib import cli
 from course_lib.training import loop as loop_module
 from course_lib.model.config import BertConfig
+from course_lib.tasks import local_data
 from course_lib.tasks.squad import write_article_split
 from course_lib.training.config import FinetuneConfig, PretrainConfig
 from course_lib.training.finetune import finetune
@@ -175,6 +174,9 @@ def test_corpus_sources(keyword_glue, tmp_path, monkeypatch):
     lines, info = load_corpus(PretrainConfig(glue_dir=str(keyword_glue)))
     assert info["source"] == "glue" and info["tasks"] == ["sst2"] and 0 < len(lines) <= 192
     monkeypatch.delenv("GLUE_DIR", raising=False)
+    lines, info = load_corpus(PretrainConfig())  # the repository's data/glue
+    assert info["source"] == "glue" and info["tasks"] == ["cola", "sst2", "stsb", "rte"] and len(lines) > 60_000
+    monkeypatch.setattr(local_data, "REPO_DATA", tmp_path / "no-repository-data")  # a wheel: no data/
     lines, info = load_corpus(PretrainConfig())
     assert info == {"source": "generated"} and lines == generated_corpus()
     with pytest.raises(UsageError, match="is not a file"):
@@ -201,10 +203,7 @@ def test_bad_options_are_one_line_usage_errors(args, message, capsys):
 
 def test_an_ag_pretrained_encoder_fine_tunes_on_span_qa(runs, tmp_path):
     """AG changes pre-training only: its exported folder is a BERT that any task family fine-tunes, SQuAD too."""
-    squad_dir = os.environ.get("SQUAD_DIR")
-    if not squad_dir:
-        pytest.skip("SQUAD_DIR is not set (the real SQuAD v1.1 dev file)")
-    files = write_article_split(Path(squad_dir) / "dev-v1.1.json", 38, tmp_path / "data")
+    files = write_article_split(local_data.data_folder("SQUAD_DIR") / "dev-v1.1.json", 38, tmp_path / "data")
     cfg = FinetuneConfig(task="squad", model=str(runs["ag"][1]), train_file=str(files[0]),
                          validation_file=str(files[1]), max_len=32, doc_stride=8, max_query_length=12,
                          max_train_samples=16, max_eval_samples=8, epochs=1, batch_size=8, lr=1e-3,

@@ -14,25 +14,20 @@ from course_lib.bench import squad_reference
 from course_lib.methods.registry import METHODS
 from course_lib.model.heads import SpanHead
 from course_lib.model.weights import load_pretrained
-from course_lib.tasks import squad
+from course_lib.tasks import local_data, squad
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
 
 ROOT = Path(__file__).resolve().parents[1]
-SQUAD_DIR = os.environ.get("SQUAD_DIR")
-needs_squad = pytest.mark.skipif(not SQUAD_DIR or not (Path(SQUAD_DIR) / "dev-v1.1.json").is_file(),
-                                 reason="SQUAD_DIR with dev-v1.1.json is not set (the real SQuAD v1.1 dev file)")
+SQUAD_DIR = local_data.data_folder("SQUAD_DIR")  # $SQUAD_DIR, else the repository's data/squad: never skipped
 
 
 @pytest.fixture(scope="module")
 def article_split(tmp_path_factory):
     """Train on the first 38 articles of the dev file, evaluate on the last 10: no paragraph in both."""
-    if not SQUAD_DIR:
-        pytest.skip("SQUAD_DIR is not set")
     return squad.write_article_split(Path(SQUAD_DIR) / "dev-v1.1.json", 38, tmp_path_factory.mktemp("squad"))
 
 
-@needs_squad
 def test_span_head_matches_hugging_faces_question_answering_model(minilm_dir, article_split):
     ours_encoder, tokenizer = load_pretrained()
     ours = SpanHead(ours_encoder).eval()
@@ -55,7 +50,6 @@ def smoke_config(tmp_path, files, model, **overrides) -> FinetuneConfig:
                           epochs=1, batch_size=16, lr=1e-3, output_dir=str(tmp_path), **overrides)
 
 
-@needs_squad
 @pytest.mark.parametrize("method", ["vanilla", "ssaf", "asa", "bernoulli-mask"])
 def test_a_smoke_qa_fine_tune_runs_and_writes_official_predictions(method, tiny_model_dir, article_split, tmp_path):
     result = finetune(smoke_config(tmp_path, article_split, tiny_model_dir, method=method))
@@ -69,7 +63,6 @@ def test_a_smoke_qa_fine_tune_runs_and_writes_official_predictions(method, tiny_
     assert scored["f1"] == pytest.approx(result["dev"]["f1"])  # the file holds what was scored
 
 
-@needs_squad
 @pytest.mark.parametrize("method", ["ssa-hybrid"])  # ssa-co and bert-mask declare the same families (test_methods)
 def test_ssa_methods_exit_2_with_one_line_on_qa(method, article_split, tmp_path):
     argv = [sys.executable, "-m", "course_lib", "finetune", "--task", "squad", "--method", method,
@@ -95,7 +88,6 @@ def test_a_bad_squad_file_is_one_line_before_training(tmp_path):
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
 
 
-@needs_squad
 def test_squad_reference_trains_hugging_faces_model_from_our_initial_weights(tiny_model_dir, tmp_path):
     """The reference run starts where ours does (same encoder checkpoint, same seeded head), and the bench
     reports both and the baseline on the held-out articles."""
@@ -123,18 +115,21 @@ def test_squad_reference_trains_hugging_faces_model_from_our_initial_weights(tin
     assert "| first sentence of the paragraph |" in squad_reference.format_squad_reference(result)
 
 
-def test_the_offline_article_split_comes_from_squad_dir_or_nowhere(tmp_path, monkeypatch):
+def test_the_offline_article_split_comes_from_squad_dir_or_the_shipped_file(tmp_path, monkeypatch):
+    monkeypatch.delenv("SQUAD_DIR", raising=False)
+    for folder in (None, SQUAD_DIR):  # the repository's data/squad, then the variable
+        if folder is not None:
+            monkeypatch.setenv("SQUAD_DIR", str(folder))
+        train, evaluate = squad.dev_article_split(tmp_path / str(bool(folder)))
+        train_ids, eval_ids = ({q.id for q in squad.read_squad(f)} for f in (train, evaluate))
+        assert (len(train_ids), len(eval_ids)) == (8582, 1988) and not train_ids & eval_ids
+
+
+def test_without_the_repository_or_squad_dir_there_is_no_offline_split(tmp_path, monkeypatch, no_shipped_data):
     monkeypatch.delenv("SQUAD_DIR", raising=False)
     assert squad.dev_article_split(tmp_path) is None
-    if not SQUAD_DIR:
-        pytest.skip("SQUAD_DIR is not set")
-    monkeypatch.setenv("SQUAD_DIR", SQUAD_DIR)
-    train, evaluate = squad.dev_article_split(tmp_path)
-    train_ids, eval_ids = ({q.id for q in squad.read_squad(f)} for f in (train, evaluate))
-    assert (len(train_ids), len(eval_ids)) == (8582, 1988) and not train_ids & eval_ids
 
 
-@needs_squad
 def test_the_squad_articles_preset_reads_the_two_sides_of_the_article_cut(article_split, tmp_path):
     """`--task squad_articles` is the same protocol as the written split, read in memory from SQUAD_DIR or
     --validation-file: the same questions in the same order on each side, and no title on both."""

@@ -1,14 +1,14 @@
 """SQuAD v1.1 / v2.0 data side: reading and its one-line errors, article splits, loading, windows, batches, span
 decoding, and the scores against values worked out by hand.
 
-The real-data tests read the official dev-v1.1.json from $SQUAD_DIR and skip without it; the SQuAD 2.0 cases are
-built inline or from that file (questions paired with another article's paragraph, marked impossible).
+The real-data tests read the official dev-v1.1.json from $SQUAD_DIR, else the repository's data/squad; the
+SQuAD 2.0 cases are built inline or from that file (questions paired with another article's paragraph, marked
+impossible).
 """
 from __future__ import annotations
 
 import itertools
 import json
-import os
 import sys
 import types
 from pathlib import Path
@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from course_lib.errors import UsageError
+from course_lib.tasks import local_data
 from course_lib.tasks.squad import (
     QAExample,
     apply_null_threshold,
@@ -37,7 +38,6 @@ from course_lib.tasks.squad import (
     write_squad_predictions,
 )
 
-SQUAD_DIR = os.environ.get("SQUAD_DIR")
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +53,8 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def dev_file() -> Path:
-    path = Path(SQUAD_DIR or "") / "dev-v1.1.json"
-    if not SQUAD_DIR or not path.is_file():
-        pytest.skip("needs the official SQuAD v1.1 dev file: set SQUAD_DIR to a folder holding dev-v1.1.json")
+    path = local_data.data_folder("SQUAD_DIR") / "dev-v1.1.json"  # never skipped: the file is shipped
+    assert path.is_file(), f"no SQuAD v1.1 dev file at {path}"
     return path
 
 

@@ -2,7 +2,6 @@
 entity scores by seqeval, one-line errors for bad files, and fine-tuning end to end, per method."""
 import json
 import math
-import os
 import random
 import re
 import sys
@@ -16,14 +15,12 @@ import transformers
 from course_lib import cli
 from course_lib.errors import UsageError
 from course_lib.model.heads import IGNORE_INDEX
-from course_lib.tasks import tagging
+from course_lib.tasks import local_data, tagging
 from course_lib.tasks.registry import get_task, run_task
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
 
-WNUT17_DIR = os.environ.get("WNUT17_DIR")
-needs_wnut17 = pytest.mark.skipif(not WNUT17_DIR or not Path(WNUT17_DIR).is_dir(),
-                                  reason="needs the WNUT-17 files: set WNUT17_DIR to their folder (CI sets it)")
+WNUT17_DIR = local_data.data_folder("WNUT17_DIR")  # $WNUT17_DIR, else the repository's data/wnut17: never skipped
 
 
 def write_conll(path: Path, sentences, columns: int = 2) -> Path:
@@ -93,7 +90,7 @@ def test_a_custom_label_set_is_the_training_files_or_the_option(tmp_path):
             run_task(cfg)
 
 
-def test_the_hub_rows_map_tag_ids_in_the_hubs_order(monkeypatch):
+def test_the_hub_rows_map_tag_ids_in_the_hubs_order(monkeypatch, no_shipped_data):
     """The hub's wnut_17 numbers its tags O, B-corporation, I-corporation, ..., B-product, I-product."""
     def load_dataset(path, name, split):
         assert (path, split) == ("leondz/wnut_17", "validation")
@@ -107,7 +104,7 @@ def test_the_hub_rows_map_tag_ids_in_the_hubs_order(monkeypatch):
     assert sentence.tags == ("B-person", "I-person", "O", "B-corporation") and sentence.tag_ids == (9, 10, 0, 1)
 
 
-def test_offline_the_hub_error_says_what_to_give_instead(monkeypatch):
+def test_offline_the_hub_error_says_what_to_give_instead(monkeypatch, no_shipped_data):
     def offline(*args, **kwargs):
         raise ConnectionError("no network")
 
@@ -254,7 +251,6 @@ def test_a_constant_tagger_is_flagged():
 # The real WNUT-17 files
 
 
-@needs_wnut17
 def test_the_wnut17_files_read_with_the_presets_label_set():
     """The training file separates its tweets by tab-only lines and groups them by empty ones: both are blank
     lines, so it holds 3,394 sentences, as many as the hub's copy has rows."""
@@ -327,7 +323,6 @@ def test_sentence_only_methods_are_refused_on_tagging(method, toy_files, tiny_mo
     assert not (tmp_path / "run").exists()
 
 
-@needs_wnut17
 def test_minilm_on_wnut17_lowers_its_training_loss(minilm_dir, tmp_path):
     """The real MiniLM on 128 WNUT-17 training tweets, twice (about 20 s on 2 idle cores); dev and test capped
     at 64 tweets each."""

@@ -22,7 +22,7 @@ from course_lib.errors import UsageError
 from course_lib.methods.registry import METHODS, Method, register
 from course_lib.model.heads import ClassifierOutput, SpanHead
 from course_lib.model.weights import resolve_model_dir
-from course_lib.tasks import squad
+from course_lib.tasks import local_data, squad
 from course_lib.tasks.glue import subsample
 from course_lib.tasks.span_qa import SPAN_QA
 from course_lib.training.config import FinetuneConfig
@@ -117,8 +117,8 @@ def format_squad_reference(result: dict) -> str:
 
 
 def main(args) -> None:
-    squad_dir = os.environ.get("SQUAD_DIR")
-    squad_file = args.squad_file or (Path(squad_dir) / "dev-v1.1.json" if squad_dir else None)
+    squad_dir = local_data.data_folder("SQUAD_DIR")  # $SQUAD_DIR, else the repository's data/squad
+    squad_file = args.squad_file or (squad_dir / "dev-v1.1.json" if squad_dir else None)
     if squad_file is None or not Path(squad_file).is_file():
         raise UsageError(f"bench squad needs the SQuAD v1.1 dev file: --squad-file FILE or SQUAD_DIR "
                          f"(got {str(squad_file) if squad_file else 'neither'})")

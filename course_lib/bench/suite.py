@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -184,11 +183,12 @@ def saved_activation_bytes(loss_fn: Callable[[], object], module: torch.nn.Modul
 
 
 def text_lines(glue_dir: str | None = None) -> tuple[list[str], str]:
-    """Real-ish sentences: SST-2's training set from glue_dir or $GLUE_DIR, else pretrain's generated corpus."""
-    from course_lib.tasks import glue
+    """Real-ish sentences: SST-2's training set from glue_dir, $GLUE_DIR or data/glue, else pretrain's generated
+    corpus."""
+    from course_lib.tasks import glue, local_data
     from course_lib.training.pretrain import generated_corpus
 
-    glue_dir = glue_dir if glue_dir is not None else os.environ.get("GLUE_DIR") or None
+    glue_dir = local_data.data_folder("GLUE_DIR", glue_dir)
     if glue_dir is None:
         return generated_corpus(), "generated corpus (course_lib.training.pretrain.generated_corpus)"
     return [ex.texts[0] for ex in glue.load_split("sst2", "train", glue_dir)], f"SST-2 train ({glue_dir})"

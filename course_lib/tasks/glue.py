@@ -1,7 +1,7 @@
 """GLUE tasks: a registry, readers for the original TSV layout, tokenisation and batching.
 
 This module knows nothing about the model. It turns a task name into lists of `Example`s
-(from a local folder in GLUE layout or from the `nyu-mll/glue` hub dataset), the examples into
+(from a local folder in GLUE layout, the repository's data/glue, or the `nyu-mll/glue` hub dataset), the examples into
 token ids with a tokenizer passed in, and token ids into padded tensors and batch orders.
 
 Label ids follow `nyu-mll/glue` on the hub, so the two sources give identical class ids:
@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from course_lib.errors import UsageError, choice_error, find_named
+from course_lib.tasks import local_data
 from course_lib.tasks.batching import pad_tokens
 
 SENTENCE = "sentence"  # the task family of GLUE's tasks (course_lib.tasks.registry)
@@ -74,8 +75,8 @@ class GlueTask(LabelSet):
         return ("train", *self.dev_splits)
 
     def bind(self, cfg) -> "GlueTask":
-        """The preset for a run: GLUE's data comes from --glue-dir or $GLUE_DIR (else the hub), never from files
-        given one by one, so those options are refused rather than ignored."""
+        """The preset for a run: GLUE's data comes from --glue-dir, $GLUE_DIR or data/glue (else the hub), never
+        from files given one by one, so those options are refused rather than ignored."""
         for option in ("train_file", "validation_file", "test_file", "data_dir"):
             if getattr(cfg, option, None):
                 raise UsageError(f"--{option.replace('_', '-')} is not read for GLUE task {self.name!r}: its data "
@@ -139,7 +140,8 @@ class Example:
 def load_split(
     task: GlueTask | str, split: str, glue_dir: str | os.PathLike | None = None
 ) -> list[Example]:
-    """Read one labelled split: from `glue_dir`, else $GLUE_DIR, else the nyu-mll/glue hub dataset.
+    """Read one labelled split: from `glue_dir`, else $GLUE_DIR, else the repository's data/glue, else the
+    nyu-mll/glue hub dataset.
 
     A local folder wins so that offline machines and CI never touch the network; the error
     when nothing works says how to provide the data.
@@ -147,10 +149,11 @@ def load_split(
     task = get_task(task) if isinstance(task, str) else task
     if split not in task.splits:
         raise choice_error(f"split for {task.name}", split, task.splits)
-    glue_dir = glue_dir if glue_dir is not None else os.environ.get("GLUE_DIR") or None
-    if glue_dir is not None:
-        return _read_tsv(_split_path(task, split, Path(glue_dir).expanduser()), task)
-    return _load_from_hub(task, split)
+    chosen = local_data.env_folder("GLUE_DIR", glue_dir)
+    if chosen is not None:
+        return _read_tsv(_split_path(task, split, Path(chosen).expanduser()), task)
+    shipped = local_data.shipped_file("GLUE_DIR", f"{task.folder}/{split}.tsv")
+    return _read_tsv(shipped, task) if shipped is not None else _load_from_hub(task, split)
 
 
 def _split_path(task: GlueTask, split: str, glue_dir: Path) -> Path:
@@ -251,7 +254,7 @@ def _load_from_hub(task: GlueTask, split: str) -> list[Example]:
         raise UsageError(
             f"could not load GLUE {task.name} {split} from the hub ({type(err).__name__}): "
             f"set GLUE_DIR or --glue-dir to a folder in GLUE layout (e.g. {task.folder}/{split}.tsv), "
-            f"or go online"
+            f"or go online{local_data.describe_shipped('GLUE_DIR')}"
         ) from err
     cast = float if task.is_regression else int
     return [Example(tuple(texts), cast(label)) for *texts, label in zip(*columns, labels)]

@@ -8,17 +8,19 @@ three splits a run may read, in that order of preference:
     dev    --validation-file   else <folder>/<its dev file>     else the hub
     test   --test-file         else <folder>/<its test file>    else the hub, when its test split is labelled
 
+where <folder> is --data-dir, else the preset's variable, else the repository's copy in `data/` when it ships one.
+
 A local file always wins, so offline machines and CI never touch the network. The hub is imported only when
 no file is given: `datasets` is slow to import.
 """
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib.errors import UsageError
+from course_lib.tasks import local_data
 
 SPLITS = ("train", "dev", "test")
 FILE_OPTIONS = {"train": "train_file", "dev": "validation_file", "test": "test_file"}  # split -> config field
@@ -41,10 +43,11 @@ class Source:
 
 
 def folder(source: Source, cfg) -> Path | None:
-    """The preset's folder: the run's --data-dir, else $<ENV>, else None (no folder: files or the hub)."""
-    where = getattr(cfg, "data_dir", None) or (os.environ.get(source.env) if source.env else None)
+    """The preset's folder: the run's --data-dir, else $<ENV>, else the repository's copy in data/ (WNUT-17), else
+    None (no folder: files or the hub)."""
+    where = getattr(cfg, "data_dir", None) or (local_data.env_folder(source.env) if source.env else None)
     if not where:
-        return None
+        return local_data.shipped_folder(source.env) if source.env else None
     path = Path(where).expanduser()
     if not path.is_dir():
         origin = "--data-dir" if getattr(cfg, "data_dir", None) else f"${source.env}"

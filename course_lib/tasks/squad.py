@@ -36,6 +36,7 @@ import torch
 
 from course_lib.errors import UsageError, choice_error
 from course_lib.repro import atomic_write
+from course_lib.tasks import local_data
 from course_lib.tasks.batching import pad_tokens
 
 
@@ -242,23 +243,24 @@ def write_article_split(path: str | os.PathLike, first_n: int, out_dir: str | os
 
 
 def dev_article_split(out_dir: str | os.PathLike, first_n: int = 38) -> tuple[Path, Path] | None:
-    """The offline protocol's two files from $SQUAD_DIR/dev-v1.1.json: its first 38 articles to train on and
-    the last 10 to evaluate on (no paragraph in both); None when SQUAD_DIR holds no such file."""
-    folder = os.environ.get("SQUAD_DIR")
-    source = Path(folder) / SQUAD_VERSIONS["v1.1"].dev_file if folder else None
+    """The offline protocol's two files from dev-v1.1.json ($SQUAD_DIR's, else the repository's data/squad): its
+    first 38 articles to train on and the last 10 to evaluate on (no paragraph in both); None without that file."""
+    folder = local_data.data_folder("SQUAD_DIR")
+    source = folder / SQUAD_VERSIONS["v1.1"].dev_file if folder else None
     if source is None or not source.is_file():
         return None
     return write_article_split(source, first_n, out_dir)
 
 
 # ----------------------------------------------------------------------------------------------
-# Loading a split: a file, else $SQUAD_DIR, else the hub
+# Loading a split: a file, else $SQUAD_DIR, else the repository's data/squad, else the hub
 
 
 def load_squad(version: str, split: str, files: dict | None = None,
                data_dir: str | os.PathLike | None = None) -> list[QAExample]:
     """One split's questions: from `files[split]` (a path), else the official file name in `data_dir` or
-    $SQUAD_DIR, else (when online) the hub dataset (`rajpurkar/squad`, `rajpurkar/squad_v2`).
+    $SQUAD_DIR, else the repository's data/squad (the v1.1 dev file), else (when online) the hub dataset
+    (`rajpurkar/squad`, `rajpurkar/squad_v2`).
 
     A local file wins so that offline machines never touch the network; with HF_DATASETS_OFFLINE=1 (or
     HF_HUB_OFFLINE=1) the hub is not tried at all, and the error says how to provide the data.
@@ -270,9 +272,12 @@ def load_squad(version: str, split: str, files: dict | None = None,
         chosen[_split_name(key)] = value
     if chosen.get(split):
         return read_squad(chosen[split])
-    folder = data_dir if data_dir is not None else os.environ.get("SQUAD_DIR") or None
+    folder = local_data.env_folder("SQUAD_DIR", data_dir)
     if folder is not None:
         return read_squad(_file_in(Path(folder).expanduser(), spec, split))
+    shipped = local_data.shipped_file("SQUAD_DIR", _official_name(spec, split))
+    if shipped is not None:
+        return read_squad(shipped)
     if _offline():
         raise UsageError(f"no SQuAD {spec.name} {split} file and the hub is off (HF_DATASETS_OFFLINE or "
                          f"HF_HUB_OFFLINE): {_how_to_get(spec, split)}")

@@ -21,7 +21,6 @@ model.safetensors, tokenizer files) that `load_pretrained` and `finetune --model
 from __future__ import annotations
 
 import math
-import os
 import random
 import time
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ import torch.nn.functional as F
 from safetensors.torch import save as safetensors_save
 from torch import nn
 
-from course_lib.tasks import glue
+from course_lib.tasks import glue, local_data
 from course_lib.methods.ag import AttentionGuidance, ag_scale_at
 from course_lib.model.bert import BertModel
 from course_lib.model.config import BertConfig, check_mixed_precision
@@ -105,9 +104,9 @@ def load_corpus(cfg: PretrainConfig) -> tuple[list[str], dict]:
         if not lines:
             raise UsageError(f"corpus {str(path)!r} has no text lines")
         return lines, {"source": "file", "path": str(path)}
-    glue_dir = cfg.glue_dir if cfg.glue_dir is not None else os.environ.get("GLUE_DIR") or None
-    if glue_dir is not None:
-        folder = Path(glue_dir).expanduser()
+    folder = local_data.data_folder("GLUE_DIR", cfg.glue_dir)  # the option, $GLUE_DIR, else data/glue
+    if folder is not None:
+        glue_dir = str(folder)
         if not folder.is_dir():
             raise UsageError(f"GLUE folder {glue_dir!r} does not exist or is not a folder")
         tasks = [t for t in glue.GLUE_TASKS.values() if (folder / t.folder / "train.tsv").is_file()]
