@@ -31,7 +31,7 @@ from course_lib.repro import METRICS, progress_disabled, write_json
 
 # The repository's notebooks; tests point ATTENTION_LAB_NOTEBOOKS at a folder of their own.
 NOTEBOOK_DIR = Path(os.environ.get("ATTENTION_LAB_NOTEBOOKS") or Path(__file__).resolve().parents[2] / "notebooks")
-PRESETS = ("smoke", "cpu", "paper")  # CPU minutes; GLUE_DIR, about an hour on a laptop; GPU, the paper's setup
+PRESETS = ("smoke", "cpu", "paper")  # CPU minutes; data/, about an hour on a laptop; GPU, the paper's setup
 KERNEL = "attention-lab"  # `make` installs it into the venv: the venv's python, then INSTALL_KERNEL
 INSTALL_KERNEL = f"-m ipykernel install --sys-prefix --name {KERNEL} --display-name {KERNEL}"
 LITERALS = (str, int, float, bool, list, dict, tuple, type(None))  # what a parameters cell may hold

@@ -40,7 +40,7 @@ class TrainingRunConfig(Validated):
     """
 
     model: str | None = None  # None: the packaged MiniLM; else a Hugging Face BERT folder or hub id
-    glue_dir: str | None = None  # None: $GLUE_DIR, else the nyu-mll/glue dataset when online
+    glue_dir: str | None = None  # None: $GLUE_DIR, else data/glue, else the nyu-mll/glue dataset when online
     max_train_samples: int | None = None  # train on a seeded random subset of this many examples, per task (None: all)
     max_eval_samples: int | None = None  # evaluate on a seeded random subset of each dev split (None: all)
     epochs: int = 3  # passes over the training data
@@ -147,7 +147,7 @@ class PretrainConfig(Validated):
 
     method: str = "mlm"  # mlm | ag
     corpus: str | None = None  # a text file, one sentence or paragraph a line; None: see glue_dir
-    glue_dir: str | None = None  # without corpus: GLUE training sentences from here or $GLUE_DIR, else generated
+    glue_dir: str | None = None  # without corpus: GLUE sentences from here, $GLUE_DIR or data/glue, else generated
     output_dir: str = "runs/pretrain"  # checkpoints, the trained model folder and metrics.json; reruns resume
     max_steps: int = 300  # optimiser steps of the run
     max_len: int = 64  # tokens per block; lines are packed whole into blocks
