@@ -58,6 +58,14 @@ class RunFailed(RuntimeError):
     """A run that cannot go on (a NaN loss, say); the message says why and what was kept."""
 
 
+class Preempted(Exception):
+    """The scheduler asked the run to stop (SIGTERM, or Slurm's --signal USR1): a checkpoint was saved at the step
+    boundary, and the same command resumes there. Exit code PREEMPTED, so a job script can requeue on it."""
+
+
+PREEMPTED = 75  # the exit code of a preempted run: sysexits' EX_TEMPFAIL, "try again later"
+
+
 class Parser(argparse.ArgumentParser):
     """argparse, but its errors raise UsageError (one line), and an unknown option lists the valid ones."""
 
@@ -84,6 +92,9 @@ def report_errors(body, interrupted: str) -> int:
     except RunFailed as err:
         print(f"run failed: {err}", file=sys.stderr)
         return 1
+    except Preempted as err:
+        print(f"preempted: {err}", file=sys.stderr)
+        return PREEMPTED
     except KeyboardInterrupt:
         print(f"interrupted: {interrupted}", file=sys.stderr)
         return 130

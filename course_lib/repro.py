@@ -1,9 +1,11 @@
 """Seeding, atomic writes and progress bars: the one helper of each kind the whole library reuses."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -11,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from course_lib.errors import UsageError
+from course_lib.errors import RunFailed, UsageError
 
 CHECKPOINT, METRICS, WEIGHTS = "checkpoint.pt", "metrics.json", "model.safetensors"  # every run folder's files
 
@@ -26,7 +28,8 @@ def seed_everything(seed: int) -> None:
 def atomic_write(path: str | os.PathLike, write) -> None:
     """Call write(file_object) on a temporary file, fsync it, then rename it over `path`.
 
-    A kill at any moment leaves either the previous good file or the new complete one, never half of one.
+    A kill at any moment leaves either the previous good file or the new complete one, never half of one. A
+    full disk is one line (`RunFailed`) naming the file and the space, not a traceback from deep in a writer.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -37,14 +40,36 @@ def atomic_write(path: str | os.PathLike, write) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
+        written = Path(tmp).stat().st_size if Path(tmp).exists() else 0
         Path(tmp).unlink(missing_ok=True)
+        if _disk_full(err):
+            raise RunFailed(_disk_full_message(path, written)) from None
         raise
     dir_fd = os.open(path.parent, os.O_RDONLY)  # make the rename itself durable
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _disk_full(err: BaseException) -> bool:
+    """ENOSPC (or a quota) anywhere in the chain: torch's writer wraps the OSError in a RuntimeError."""
+    while err is not None:
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if isinstance(err, RuntimeError) and "No space left on device" in str(err):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _disk_full_message(path: Path, written: int) -> str:
+    previous = f"the previous {path.name} ({path.stat().st_size} bytes) is kept" if path.exists() else \
+        f"no earlier {path.name} was there"
+    return (f"no space left on the disk of {path}: {written} bytes were written before it filled, "
+            f"{shutil.disk_usage(path.parent).free} bytes are free; {previous}. Free some space and run the same "
+            f"command again")
 
 
 def check_writable_dir(path: str | os.PathLike) -> Path:
@@ -115,3 +140,26 @@ def progress(iterable=None, **kwargs):
     kwargs.setdefault("disable", progress_disabled())
     kwargs.setdefault("dynamic_ncols", True)
     return tqdm(iterable, **kwargs)
+
+
+def lock_exclusive(fd: int, wait: bool = True) -> bool:
+    """Lock the open file `fd` (POSIX flock, which a child given the descriptor shares); False only when `wait`
+    is False and another process holds it.
+
+    Where there is no flock the caller goes on unlocked (True): a filesystem without it (Lustre mounted without
+    flock), or a platform without fcntl (Windows). What that gives up: two sweep shards may then run the same
+    run folder at once, and two that finish together may each replace results.csv/.md, so the last writer's
+    tables, read before the other's run completed, can lack that run until the next collect. Every file is
+    still written whole (atomic_write).
+    """
+    try:
+        import fcntl  # here, not at the top: POSIX only, and notebook 06 imports this module on any platform
+    except ImportError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return False
+    except OSError:  # a filesystem without flock
+        return True
+    return True

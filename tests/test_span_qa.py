@@ -152,3 +152,24 @@ def test_the_squad_articles_preset_refuses_a_train_file_in_one_line(tmp_path):
                          capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "--train-file is not read for squad_articles" in out.stderr and "first 38 articles" in out.stderr
+
+
+def test_squad_v2_answering_nothing_after_the_threshold_is_flagged():
+    """Spans that vary, but all below the tuned no-answer threshold: every final answer is "no answer", F1 is the
+    answer-nothing baseline, and the run says so (the raw span texts alone would not show it)."""
+    from course_lib.tasks import span_qa
+
+    context = "Broncos beat Panthers."
+    questions = [squad.QAExample("q1", "T", context, "Who won?", ["Broncos"], [0]),
+                 squad.QAExample("q2", "T", context, "Who lost?", ["Panthers"], [13]),
+                 squad.QAExample("q3", "T", context, "Who sang?", [], [], is_impossible=True),
+                 squad.QAExample("q4", "T", context, "Who danced?", [], [], is_impossible=True)]
+    features = [{"example_id": q.id, "example": q} for q in questions]
+    predictions = {q.id: {"text": text, "score": 0.0, "null_score_diff": diff}
+                   for q, text, diff in zip(questions, ["beat", "beat", "Broncos", "beat"], [1.0, 2.0, 3.0, 4.0])}
+    task = span_qa.SQUAD_TASKS[1]
+    scores, problem = span_qa.score(task, predictions, features)
+    assert scores["f1"] == 50.0 and scores["NoAns_f1"] == 100.0 and scores["HasAns_f1"] == 0.0
+    assert problem == "all 4 answers are no answer: the scores are those of answering nothing"
+    predictions["q1"] = {"text": "Broncos", "score": 0.0, "null_score_diff": -1.0}  # one right span: answered
+    assert span_qa.score(task, predictions, features)[1] is None

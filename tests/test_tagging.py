@@ -15,7 +15,7 @@ import transformers
 from course_lib import cli
 from course_lib.errors import UsageError
 from course_lib.model.heads import IGNORE_INDEX
-from course_lib.tasks import local_data, tagging
+from course_lib.tasks import local_data, sources, tagging
 from course_lib.tasks.registry import get_task, run_task
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
@@ -334,3 +334,23 @@ def test_minilm_on_wnut17_lowers_its_training_loss(minilm_dir, tmp_path):
     assert second < first, result["history"]
     assert get_task("WNUT17").name == "wnut17" and {"f1", "precision", "recall"} <= set(result["test"])
     assert len((tmp_path / "test_predictions.conll").read_text().strip().split("\n\n")) == 64
+
+
+def test_own_train_and_dev_files_make_the_test_split_optional(tmp_path, monkeypatch):
+    """`--task conll2003 --train-file A --validation-file B` and no CONLL2003_DIR: the run goes on without a test
+    split (one note says so) instead of stopping at the hub's; a --test-file given is still scored."""
+    def offline(*args, **kwargs):
+        raise ConnectionError("no network")
+
+    monkeypatch.delenv("CONLL2003_DIR", raising=False)
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=offline))
+    sentences = [[("Ann", "I-PER"), ("ran", "O")], [("Bonn", "I-LOC"), ("rains", "O")]]
+    files = {name: str(write_conll(tmp_path / f"{name}.txt", sentences, columns=4)) for name in ("a", "b", "c")}
+    cfg = FinetuneConfig(task="conll2003", train_file=files["a"], validation_file=files["b"])
+    task = run_task(cfg)
+    assert "test" not in task.paths and task.dev_splits == ("dev",)
+    assert sources.skipped_test_note(task, cfg) == ("note: no test split: --train-file and --validation-file "
+                                                    "were given without --test-file")
+    cfg = FinetuneConfig(task="conll2003", train_file=files["a"], validation_file=files["b"], test_file=files["c"])
+    task = run_task(cfg)
+    assert task.dev_splits == ("dev", "test") and sources.skipped_test_note(task, cfg) is None

@@ -29,7 +29,7 @@ from course_lib.errors import Parser, UsageError, report_errors
 from course_lib.tasks.metrics import holm_adjusted, paired_t_test
 from course_lib.experiments.records import KINDS, kind_of, lower_is_better
 from course_lib.experiments.reported import reported
-from course_lib.repro import METRICS, atomic_write
+from course_lib.repro import METRICS, atomic_write, lock_exclusive
 
 NOT_GROUPED = ("seed", "output_dir")  # runs that differ only in these are seeds of one group
 
@@ -299,29 +299,6 @@ def to_markdown(rows: list[dict], runs_dir: str | Path) -> str:
                   "Paired t-test over seeds on each task's main metric; p (Holm) is corrected for all the "
                   "tests below.", "", *tests_table(tests)]
     return "\n".join(lines) + "\n"
-
-
-def lock_exclusive(fd: int, wait: bool = True) -> bool:
-    """Lock the open file `fd` (POSIX flock, which a child given the descriptor shares); False only when `wait`
-    is False and another process holds it.
-
-    Where there is no flock the caller goes on unlocked (True): a filesystem without it (Lustre mounted without
-    flock), or a platform without fcntl (Windows). What that gives up: two sweep shards may then run the same
-    run folder at once, and two that finish together may each replace results.csv/.md, so the last writer's
-    tables, read before the other's run completed, can lack that run until the next collect. Every file is
-    still written whole (atomic_write).
-    """
-    try:
-        import fcntl  # here, not at the top: POSIX only, and notebook 06 imports this module on any platform
-    except ImportError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-    except BlockingIOError:
-        return False
-    except OSError:  # a filesystem without flock
-        return True
-    return True
 
 
 def write_results(runs_dir: str | Path, out: str | Path | None = None) -> tuple[Path, Path, list[dict]]:

@@ -6,6 +6,8 @@ used: it needs a CDN that an offline JupyterLab lacks.
 """
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
@@ -116,18 +118,21 @@ def seeds_by_method(points: list[dict], baselines: set[str], ncols: int = 3, sup
     """One panel per task: each recipe's seeds as dots and their mean as a bar, baselines first. points are
     `collect.seed_points`: task, method, label (the method and what sets its recipe apart), metric and value."""
     frame = pd.DataFrame(points)
+    frame["label"] = frame["label"].map(lambda label: textwrap.fill(label, 42))  # recipes can be long: wrap them
     tasks = list(dict.fromkeys(frame["task"]))
     nrows = -(-len(tasks) // ncols)
-    fig, axes = plt.subplots(nrows, min(ncols, len(tasks)), figsize=(4.6 * min(ncols, len(tasks)), 3.8 * nrows),
+    most = max(frame.groupby("task")["label"].nunique())
+    fig, axes = plt.subplots(nrows, min(ncols, len(tasks)), figsize=(6.2 * min(ncols, len(tasks)),
+                                                                      (1.0 + 0.55 * most) * nrows),
                              layout="constrained", squeeze=False)
-    for ax, task in zip(axes.flat, tasks):
+    for ax, task in zip(axes.flat, tasks):  # horizontal bars: a recipe's label reads along its row
         mine = frame[frame["task"] == task]
         method_of = dict(zip(mine["label"], mine["method"]))
         order = sorted(method_of, key=lambda label: (method_of[label] not in baselines, label))
-        sns.barplot(data=mine, x="label", y="value", order=order, errorbar=None, alpha=0.45, ax=ax)
-        sns.stripplot(data=mine, x="label", y="value", order=order, color="black", size=4, ax=ax)
-        ax.set(title=task, xlabel="", ylabel=mine["metric"].iloc[0])
-        ax.tick_params(axis="x", rotation=30)
+        sns.barplot(data=mine, y="label", x="value", order=order, errorbar=None, alpha=0.45, ax=ax)
+        sns.stripplot(data=mine, y="label", x="value", order=order, color="black", size=4, ax=ax)
+        ax.set(title=task, ylabel="", xlabel=mine["metric"].iloc[0])
+        ax.tick_params(axis="y", labelsize=8)
     for ax in list(axes.flat)[len(tasks):]:
         ax.set_visible(False)
     if suptitle:

@@ -52,13 +52,13 @@ from pathlib import Path
 
 import yaml
 
-from course_lib.experiments.collect import lock_exclusive, write_results
+from course_lib.experiments.collect import write_results
 from course_lib.training.config import FinetuneConfig
 from course_lib.errors import Parser, UsageError, report_errors, yaml_float_hint
 from course_lib.methods.registry import own_options_only
 from course_lib.experiments.notebooks import NotebookRun
-from course_lib.repro import (METRICS, atomic_write, check_writable_dir, progress, remove_stale_temporaries,
-                              write_json)
+from course_lib.repro import (METRICS, atomic_write, check_writable_dir, lock_exclusive, progress,
+                              remove_stale_temporaries, write_json)
 from course_lib.model.config import first_difference
 from course_lib.model.weights import check_model
 
@@ -318,7 +318,7 @@ def claim(folder: Path):
     The descriptor is handed to the child too, so the lock lasts as long as either of them lives. A lock
     file, not the folder itself, because NFS emulates flock with POSIX locks, which need a writable file;
     on a filesystem or platform without flock (Lustre mounted without it, Windows) the sweep goes on unlocked
-    (`collect.lock_exclusive`).
+    (`repro.lock_exclusive`).
     """
     fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:

@@ -7,6 +7,8 @@ three splits a run may read, in that order of preference:
     train  --train-file        else <folder>/<its train file>   else the hub
     dev    --validation-file   else <folder>/<its dev file>     else the hub
     test   --test-file         else <folder>/<its test file>    else the hub, when its test split is labelled
+                                                                 and the run did not give its own train and
+                                                                 dev files (then no test split, and a note)
 
 where <folder> is --data-dir, else the preset's variable, else the repository's copy in `data/` when it ships one.
 
@@ -63,6 +65,7 @@ def split_paths(source: Source, cfg) -> dict[str, Path | None]:
     so the run reads it nowhere.
     """
     base = folder(source, cfg)
+    own_files = all(getattr(cfg, FILE_OPTIONS[split], None) for split in ("train", "dev"))
     paths: dict[str, Path | None] = {}
     for split in SPLITS:
         given = getattr(cfg, FILE_OPTIONS[split], None)
@@ -71,6 +74,8 @@ def split_paths(source: Source, cfg) -> dict[str, Path | None]:
         elif base is not None:  # a folder: its files only (a folder without a test file has no test split)
             if split in source.files and (split != "test" or (base / source.files[split]).is_file()):
                 paths[split] = _existing(base / source.files[split], f"the {split} file of {base}")
+        elif split == "test" and own_files:  # the run's own train and dev files: a test split only if given
+            pass  # (`skipped_test_note` says so once the data is read)
         elif source.hub and (split != "test" or source.labelled_test):
             paths[split] = None
     for split in ("train", "dev"):
@@ -78,6 +83,16 @@ def split_paths(source: Source, cfg) -> dict[str, Path | None]:
             raise UsageError(f"no {split} data: give --{FILE_OPTIONS[split].replace('_', '-')} FILE"
                              + (f" or set {source.env} to the preset's folder" if source.env else ""))
     return paths
+
+
+def skipped_test_note(task, cfg) -> str | None:
+    """The line a run prints when its preset has a labelled test split that it will not score: the run gave its
+    own train and dev files but no test file, so the hub's test split (another data set's) is not mixed in."""
+    source, paths = getattr(task, "source", None), getattr(task, "paths", None) or {}
+    own = all(getattr(cfg, FILE_OPTIONS[split], None) for split in ("train", "dev"))
+    if source is None or not source.labelled_test or "test" in paths or not own:
+        return None
+    return "note: no test split: --train-file and --validation-file were given without --test-file"
 
 
 def _existing(path: Path, what: str) -> Path:

@@ -96,15 +96,25 @@ def decode(task: SquadTask, outputs: list[torch.Tensor], features: list[dict]) -
 
 def score(task: SquadTask, predictions: dict[str, dict], features: list[dict]) -> tuple[dict, str | None]:
     """The official scores on a 0-100 scale (v2.0: the no-answer threshold tuned on these questions), and a
-    line when every answer is the same text (e.g. all empty): a model that has learnt nothing."""
+    line when every answer is the same (v2.0: after that threshold), e.g. all "no answer": a model that has
+    learnt nothing, whose F1 is that of the answer-nothing baseline."""
     texts = {qid: p["text"] for qid, p in predictions.items()}
+    impossible = squad.get_version(task.version).has_impossible
     diffs = {qid: p["null_score_diff"] for qid, p in predictions.items()}
-    scores = squad.squad_scores(texts, _questions(features), task.version,
-                                diffs if squad.get_version(task.version).has_impossible else None)
-    distinct = set(texts.values())
-    problem = f"all {len(texts)} answers are {next(iter(distinct))!r}" if len(texts) > 1 and len(distinct) == 1 \
-        else None
-    return scores, problem
+    questions = _questions(features)
+    scores = squad.squad_scores(texts, questions, task.version, diffs if impossible else None)
+    answers = squad.apply_null_threshold(predictions, scores["best_f1_thresh"]) if impossible else texts
+    return scores, None if all(q.is_impossible for q in questions) else _one_answer(answers)
+
+
+def _one_answer(answers: dict[str, str]) -> str | None:
+    """The problem line when every question got the same answer, or None."""
+    distinct = set(answers.values())
+    if len(answers) < 2 or len(distinct) != 1:
+        return None
+    text = next(iter(distinct))
+    return (f"all {len(answers)} answers are no answer: the scores are those of answering nothing" if text == ""
+            else f"all {len(answers)} answers are {text!r}")
 
 
 def write_predictions(path: Path, task: SquadTask, predictions: dict[str, dict], scores: dict) -> None:

@@ -26,7 +26,7 @@ import torch
 from accelerate import Accelerator
 from safetensors.torch import save as safetensors_save
 
-from course_lib.tasks import glue
+from course_lib.tasks import glue, sources
 from course_lib.training.config import FinetuneConfig
 from course_lib.errors import UsageError
 from course_lib.model.heads import SequenceClassifier
@@ -260,6 +260,8 @@ def finetune(cfg: FinetuneConfig) -> dict:
     accelerator = open_run(cfg, out)
     seed_everything(cfg.seed)
     train_examples, dev_examples = task_examples(cfg, task)
+    if (note := sources.skipped_test_note(task, cfg)) is not None:
+        accelerator.print(note)
     encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
     model = build_classifier(cfg, encoder, task, tokenizer)
     encode = get_family(task.family).encode

@@ -16,17 +16,23 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import pickle
+import signal
+import socket
 import time
+import zipfile
 from pathlib import Path
 
 import torch
 from accelerate import Accelerator
 
 from course_lib.fast import optimize
-from course_lib.errors import RunFailed, UsageError
+from course_lib.errors import Preempted, RunFailed, UsageError
 from course_lib.model.config import first_difference
-from course_lib.repro import (CHECKPOINT, METRICS, check_writable_dir, progress, remove_stale_temporaries,
-                    restore_training_state, save_torch, training_state, write_json)
+from course_lib.repro import (CHECKPOINT, METRICS, check_writable_dir, lock_exclusive, progress,
+                              remove_stale_temporaries, restore_training_state, save_torch, training_state,
+                              write_json)
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -66,6 +72,17 @@ def guarded_step(loss: torch.Tensor, value: float, accelerator: Accelerator, mod
     raise RunFailed(f"loss is {value} at {where}; {kept} ({hint}, or --on-nonfinite-loss skip)")
 
 
+def read_checkpoint(path: Path) -> dict:
+    """The checkpoint to resume from; a damaged one (a copy cut short, a disk that filled mid-write outside
+    this library) is one line naming it and what to do, not torch's traceback."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError) as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UsageError(f"checkpoint {str(path)!r} is damaged and cannot be resumed from ({reason}): delete it "
+                         f"to start the run again from the beginning, or put back a good copy") from None
+
+
 def check_same_run(saved: dict, cfg, path: Path) -> None:
     """Refuse to resume or reuse the output of a different configuration (any config dataclass).
 
@@ -87,6 +104,34 @@ def finished_run(out: Path, cfg) -> dict | None:
     return result if result.get("status") == "complete" else None
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # a scheduler's "stop soon": checkpoint, then exit
+RUN_LOCK = ".run.lock"  # held while a run trains in its folder (the sweep's own `.lock` there is its parent's)
+_held_locks: dict[Path, int] = {}  # run folders this process holds: a later run of its own there may go on
+
+
+def lock_run_folder(out: Path) -> None:
+    """Refuse a second process in a run folder while one trains there (a double-launched job, a mis-sharded
+    grid): POSIX flock on `.run.lock`, which dies with its process, so a killed run leaves no stale lock."""
+    out = out.resolve()
+    if out in _held_locks:
+        return
+    fd = os.open(out / RUN_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    if not lock_exclusive(fd, wait=False):
+        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise UsageError(f"output folder {str(out)!r} is in use by {holder}: wait for that run to end, or give "
+                         f"another --output-dir")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"process {os.getpid()} on {socket.gethostname()}".encode(), 0)
+    _held_locks[out] = fd
+
+
+def unlock_run_folder(out: Path) -> None:
+    fd = _held_locks.pop(out.resolve(), None)
+    if fd is not None:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
 def open_run(cfg, out: Path, command: str | None = None) -> Accelerator:
     """The checks and set-up before data or model: the folder is writable, and the accelerator; `command` names
     a loop that runs in one process only (launched in more, it refuses)."""
@@ -95,8 +140,6 @@ def open_run(cfg, out: Path, command: str | None = None) -> Accelerator:
     if command is not None and accelerator.num_processes > 1:
         raise UsageError(f"{command} runs in one process; it was launched in {accelerator.num_processes} "
                          f"(run it with python -m course_lib {command})")
-    if accelerator.is_main_process:  # the folder exists: check_writable_dir made it
-        remove_stale_temporaries(out)
     return accelerator
 
 
@@ -174,34 +217,68 @@ class TrainingLoop:
         self.state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "history": [], "train_seconds": 0.0,
                       "skipped_steps": 0}
         self.base = model  # the unwrapped model, once accelerate has prepared it
+        self._previous_handlers, self._stop_signal = {}, None  # stop signals caught while `run` trains
 
     def run(self, job: Job) -> dict:
         """Resume if a checkpoint is there, train every remaining segment, write the final files; return
         the metrics.json content."""
-        self._resume(job)
-        self.model, self.optimizer = self.accelerator.prepare(self.model, self.optimizer)
-        self.base = self.accelerator.unwrap_model(self.model)
-        job.begin(self)
-        while self.state["epoch"] < job.segments:
-            segment = self.state["epoch"]
-            self._train_segment(job, segment)
-            job.end_segment(segment, self.state)
-            self.state.update(epoch=segment + 1, step_in_epoch=0)
-            self.save_checkpoint()
-            self.write_metrics(job, "running")
-        result = self.write_metrics(job, "complete")
-        if self.accelerator.is_main_process:  # keep the final weights; drop the optimiser state unless asked
-            job.save_final()
-            if not self.cfg.keep_checkpoint:
-                self.ckpt_path.unlink(missing_ok=True)
-        return result
+        if self.accelerator.is_main_process:
+            lock_run_folder(self.out)  # before anything is written or removed: the folder may be another run's
+            remove_stale_temporaries(self.out)
+        try:
+            self._resume(job)
+            self._catch_stop_signals()
+            self.model, self.optimizer = self.accelerator.prepare(self.model, self.optimizer)
+            self.base = self.accelerator.unwrap_model(self.model)
+            job.begin(self)
+            while self.state["epoch"] < job.segments:
+                segment = self.state["epoch"]
+                self._train_segment(job, segment)
+                job.end_segment(segment, self.state)
+                self.state.update(epoch=segment + 1, step_in_epoch=0)
+                self.save_checkpoint()
+                self.write_metrics(job, "running")
+            result = self.write_metrics(job, "complete")
+            if self.accelerator.is_main_process:  # keep the final weights; drop the optimiser state unless asked
+                job.save_final()
+                if not self.cfg.keep_checkpoint:
+                    self.ckpt_path.unlink(missing_ok=True)
+            return result
+        finally:
+            for signum, handler in self._previous_handlers.items():
+                signal.signal(signum, handler)
+            unlock_run_folder(self.out)  # released however the run ends
+
+    def _catch_stop_signals(self) -> None:
+        """A scheduler's stop request (SIGTERM; SIGUSR1, Slurm's usual --signal) ends the run at the next step
+        boundary with a checkpoint (`_stop_if_asked`) instead of killing it mid-step."""
+        for signum in STOP_SIGNALS:
+            try:
+                self._previous_handlers[signum] = signal.signal(signum, self._ask_to_stop)
+            except ValueError:  # not the main thread: the signal keeps its handler
+                pass
+
+    def _ask_to_stop(self, signum, frame) -> None:
+        self._stop_signal = signal.Signals(signum).name
+
+    def _stop_if_asked(self, started: float) -> None:
+        asked = self._stop_signal is not None
+        if self.accelerator.num_processes > 1:  # every process stops at the same step, or none does
+            flag = torch.tensor([float(asked)], device=self.accelerator.device)
+            asked = self.accelerator.reduce(flag, reduction="sum").item() > 0
+        if not asked:
+            return
+        self.state["train_seconds"] += time.perf_counter() - started
+        self.save_checkpoint()
+        raise Preempted(f"{self._stop_signal or 'a stop signal'} at step {self.state['global_step']}: checkpoint "
+                        f"saved in {self.out}; run the same command to resume")
 
     def _resume(self, job: Job) -> None:
         """Restore model, optimiser, schedule, RNGs and position from the checkpoint, if there is one; a
         checkpoint of another configuration is refused (`check_same_run`)."""
         if not self.ckpt_path.exists():
             return
-        checkpoint = torch.load(self.ckpt_path, map_location="cpu", weights_only=False)
+        checkpoint = read_checkpoint(self.ckpt_path)
         check_same_run(checkpoint["config"], self.cfg, self.out)
         job.check_resume(checkpoint)
         restore_training_state(checkpoint, self.model, self.optimizer, self.scheduler)
@@ -235,6 +312,7 @@ class TrainingLoop:
                 state["train_seconds"] += time.perf_counter() - started
                 started = time.perf_counter()
                 self.save_checkpoint()
+            self._stop_if_asked(started)
         bar.close()
         state["train_seconds"] += time.perf_counter() - started
 
