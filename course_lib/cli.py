@@ -78,8 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "diagnostics: shortcut reliance and precision@k on synthetic data with ground truth; "
                             "reproduce: a grid (--grid) of every method vs vanilla over seeds, paired tests; "
                             "reference: our tagging / multiple-choice fine-tuning vs transformers' (--task)")
-    bench.add_argument("--task", default=None,
-                       help="reference: wnut17 (data/wnut17 or WNUT17_DIR) or dream (DREAM_DIR)")
+    bench.add_argument("--task", default=None, help="reference: wnut17 (data/ or WNUT17_DIR) or dream (DREAM_DIR)")
     bench.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
     bench.add_argument("--model", default=None, help="BERT folder or hub id (default: the packaged MiniLM)")
     bench.add_argument("--batch-size", type=int, default=32)
@@ -98,8 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "speed times both forms side by side")
     bench.add_argument("--epoch-examples", type=int, default=512, help="methods: sentences in the SSA epoch")
     bench.add_argument("--glue-dir", default=None,
-                       help="methods: SST-2 sentences from here (default: $GLUE_DIR, else data/glue, "
-                            "else generated text)")
+                       help="methods: SST-2 sentences from here (default: $GLUE_DIR, else data/glue)")
     bench.add_argument("--threads", type=int, default=None,
                        help="torch threads (default: torch's choice); 1 is steadier on cores other jobs share")
     bench.add_argument("--methods", default=None, help="diagnostics: comma list (default: all fine-tuning methods)")
