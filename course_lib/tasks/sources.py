@@ -65,7 +65,7 @@ def split_paths(source: Source, cfg) -> dict[str, Path | None]:
     so the run reads it nowhere.
     """
     base = folder(source, cfg)
-    own_files = all(getattr(cfg, FILE_OPTIONS[split], None) for split in ("train", "dev"))
+    own_files = _own_train_and_dev(cfg)
     paths: dict[str, Path | None] = {}
     for split in SPLITS:
         given = getattr(cfg, FILE_OPTIONS[split], None)
@@ -89,10 +89,13 @@ def skipped_test_note(task, cfg) -> str | None:
     """The line a run prints when its preset has a labelled test split that it will not score: the run gave its
     own train and dev files but no test file, so the hub's test split (another data set's) is not mixed in."""
     source, paths = getattr(task, "source", None), getattr(task, "paths", None) or {}
-    own = all(getattr(cfg, FILE_OPTIONS[split], None) for split in ("train", "dev"))
-    if source is None or not source.labelled_test or "test" in paths or not own:
+    if source is None or not source.labelled_test or "test" in paths or not _own_train_and_dev(cfg):
         return None
     return "note: no test split: --train-file and --validation-file were given without --test-file"
+
+
+def _own_train_and_dev(cfg) -> bool:
+    return all(getattr(cfg, FILE_OPTIONS[split], None) for split in ("train", "dev"))
 
 
 def _existing(path: Path, what: str) -> Path:
