@@ -14,7 +14,7 @@ import typing
 
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, field_choices, field_docs
 from course_lib.errors import Parser, UsageError, report_errors
-from course_lib.fast.allocator import keep_freed_memory
+from course_lib.fast.allocator import keep_freed_memory, memory_mode
 from course_lib.methods.registry import METHODS
 
 ENTRY_POINTS = (  # the other command lines, named in the top-level --help
@@ -70,21 +70,28 @@ def build_parser() -> argparse.ArgumentParser:
         command = commands.add_parser(name, help=what, description=what,
                                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         _add_config_options(command, config_cls)
+    _add_bench_parser(commands)
+    return parser
+
+
+def _add_bench_parser(commands) -> None:
+    """`bench WHAT`: the measurements, each a choice of WHAT with the options it reads."""
     bench = commands.add_parser("bench", help="benchmarks, measured side by side in one process")
     bench.add_argument("what", choices=["speed", "methods", "sparsemax", "diagnostics", "reproduce", "squad",
-                                        "reference"],
+                                        "reference", "memory"],
                        help="speed: our encoder vs Hugging Face's BertModel; methods: each method's training step "
                             "vs vanilla (AG vs MLM) and SSA's label generation; sparsemax: ours vs entmax; "
                             "diagnostics: shortcut reliance and precision@k on synthetic data with ground truth; "
                             "reproduce: a grid (--grid) of every method vs vanilla over seeds, paired tests; "
-                            "reference: our tagging / multiple-choice fine-tuning vs transformers' (--task)")
+                            "reference: our tagging / multiple-choice fine-tuning vs transformers' (--task); "
+                            "memory: peak resident memory of fine-tuning, ours vs transformers'")
     bench.add_argument("--task", default=None, help="reference: wnut17 (data/ or WNUT17_DIR) or dream (DREAM_DIR)")
     bench.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
     bench.add_argument("--model", default=None, help="BERT folder or hub id (default: the packaged MiniLM)")
     bench.add_argument("--batch-size", type=int, default=32)
     bench.add_argument("--seq-lens", type=int, nargs="+", default=None,
                        help="speed: 64 128; methods: 64; sparsemax: 128 (the first length only)")
-    bench.add_argument("--repeats", type=int, default=10)
+    bench.add_argument("--repeats", type=int, default=10, help="timed repeats (memory: training steps per run)")
     bench.add_argument("--qa-batch-size", type=int, default=8, help="speed: questions per batch of the span-QA case")
     bench.add_argument("--squad-file", default=None, help="squad: the SQuAD v1.1 dev file to split by article "
                                                           "(default: $SQUAD_DIR, else data/squad)")
@@ -117,7 +124,6 @@ def build_parser() -> argparse.ArgumentParser:
                             "name> beside the report, results/runs/cpu_reproduction)")
     bench.add_argument("--from-archive", action="store_true",
                        help="reproduce: rebuild the report from the archive (--archive) alone, running nothing")
-    return parser
 
 
 CONFIGS = {"finetune": FinetuneConfig, "pretrain": PretrainConfig, "multitask": MultitaskConfig}
@@ -164,9 +170,10 @@ def run(argv: list[str]) -> int:
     if extra:
         raise UsageError(f"unknown option {extra[0]!r} for {command} "
                          f"(valid: {', '.join(commands[command].options())})")
-    keep_freed_memory()  # a setting of this process, made by the command line, never inside a notebook's kernel
+    memory_mode()  # an unknown ATTENTION_LAB_KEEP_FREED_MEMORY stops here, before anything runs
     if command in CONFIGS:
         cfg = CONFIGS[command].from_dict(args)
+        keep_freed_memory(cfg.batch_size, cfg.max_len)  # this process's malloc, never a notebook kernel's
         print(json.dumps(_train(command, cfg), sort_keys=True))
     elif command == "bench" and namespace.what == "reproduce":
         from course_lib.experiments import reproduce
@@ -180,6 +187,10 @@ def run(argv: list[str]) -> int:
         from course_lib.bench import family_reference
 
         family_reference.main(namespace)
+    elif command == "bench" and namespace.what == "memory":
+        from course_lib.bench import memory
+
+        memory.main(namespace)
     elif command == "bench" and namespace.what == "diagnostics":
         from course_lib.bench import diagnostics
 

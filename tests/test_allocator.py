@@ -1,52 +1,106 @@
-"""keep_freed_memory: training steps reuse the pages earlier steps freed instead of faulting fresh ones in."""
+"""keep_freed_memory: asked for, training steps reuse the pages earlier steps freed instead of faulting fresh ones
+in; by default malloc is left alone, since a heap that keeps large blocks fragments into a peak far above glibc's."""
 import os
 import subprocess
 import sys
 
 import pytest
 
-from course_lib.fast.allocator import OPT_OUT
+from course_lib.fast.allocator import SETTING
+
+glibc_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's; others untouched")
 
 STEPS = """
-import resource, torch
+import resource, sys, torch
 from course_lib.fast.allocator import keep_freed_memory
 def minflt():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-before = minflt()  # the yardstick, before malloc is changed: faults to first touch a fresh 64 MiB block
-block = torch.empty(4096, 4096).fill_(1.0)
+width = int(sys.argv[1])  # activations (width, width) float32: 16 MiB at 2048, 64 MiB at 4096
+before = minflt()  # the yardstick, before malloc is changed: faults to first touch one fresh activation
+block = torch.empty(width, width).fill_(1.0)
 fresh = minflt() - before
 del block
 kept = keep_freed_memory()
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(256, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 256))
-x = torch.randn(4096, 256)
+model = torch.nn.Sequential(torch.nn.Linear(256, width), torch.nn.GELU(), torch.nn.Linear(width, 256))
+x = torch.randn(width, 256)
 faults = []
-for _ in range(4):  # training steps whose (4096, 4096) activations, 64 MiB each, are allocated and freed
+for _ in range(4):  # training steps whose activations are allocated and freed
     before = minflt()
     model(x).square().mean().backward()
     faults.append(minflt() - before)
 print(kept, fresh, sum(faults[1:]))  # the first step faults its memory in either way
 """
 
+GROWING_BLOCKS = """
+import resource, torch
+from course_lib.fast.allocator import keep_freed_memory
+keep_freed_memory()
+page = resource.getpagesize()
+base = int(open("/proc/self/statm").read().split()[1]) * page  # resident bytes now
+held = []
+for i in range(6):  # large blocks, each larger than the last (40, 48, ... 80 MiB), freed at once
+    big = torch.empty((40 + 8 * i) << 18).fill_(1.0)
+    held.append(torch.empty(1 << 14).fill_(1.0))  # a small block that outlives it, above it in the heap
+    del big
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base)  # the peak above the start, bytes
+"""
 
-def _later_step_faults(keep: bool) -> tuple[str, int, int]:
-    """(kept, faults of one fresh 64 MiB block, faults of steps 2-4), in a fresh process: mallopt is process-wide."""
-    env = {**os.environ, OPT_OUT: "1" if keep else "0"}
-    out = subprocess.run([sys.executable, "-c", STEPS], env=env, capture_output=True, text=True, check=True)
-    kept, fresh, faults = out.stdout.split()
+
+def _run(script: str, mode: str, *args: str) -> list[str]:
+    """The script's printed words, in a fresh process: mallopt is process-wide."""
+    env = {**os.environ, SETTING: mode}
+    out = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def _later_step_faults(mode: str, width: int) -> tuple[str, int, int]:
+    """(kept, faults of one fresh activation, faults of steps 2-4)."""
+    kept, fresh, faults = _run(STEPS, mode, str(width))
     return kept, int(fresh), int(faults)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's; other platforms are untouched")
+@glibc_only
 def test_later_steps_reuse_freed_memory_only_when_kept():
-    """Counts relative to the process's own fault cost of a 64 MiB block, so page size and huge pages cancel."""
-    kept, _, faults = _later_step_faults(keep=True)
+    """64 MiB activations. Counts are relative to the process's own fault cost of one activation, so page size
+    and huge pages cancel."""
+    width = 4096
+    kept, _, faults = _later_step_faults("1", width)
     if kept != "True":
         pytest.skip("this Linux C library has no mallopt (not glibc)")
-    opted_out, fresh, default_faults = _later_step_faults(keep=False)
+    opted_out, fresh, default_faults = _later_step_faults("0", width)
     assert opted_out == "False" and fresh > 0
-    # glibc's default hands every large block back on free, so each later step faults its ~270 MiB (about four
-    # blocks) in again: at least one block a step, or the workload no longer shows what keeping memory saves.
-    # Kept, most steps reuse it; aligned allocations fragment the heap now and then (up to half a step's faults).
+    # glibc's default hands large blocks back (mmap, or a trim of the heap's top), so each later step faults its
+    # activations in again: at least one a step, or the workload no longer shows what keeping memory saves.
+    # Kept, most steps reuse them; aligned allocations fragment the heap now and then (up to half a step's faults).
     assert default_faults >= 3 * fresh, (default_faults, fresh)
     assert faults < default_faults / 2, (faults, default_faults)
+
+
+@pytest.mark.parametrize("batch_size, max_len, kept", [(16, 384, "False"), (32, 128, "True"), (None, None, "False")])
+def test_by_default_malloc_keeps_freed_memory_only_for_small_attention_maps(batch_size, max_len, kept):
+    """auto: SQuAD's 16 x 384 (113 MiB maps) leaves malloc alone, SST-2's 32 x 128 keeps; a non-training call,
+    nothing."""
+    env = {k: v for k, v in os.environ.items() if k != SETTING}
+    script = ("from course_lib.fast.allocator import keep_freed_memory; "
+              f"print(keep_freed_memory({batch_size}, {max_len}))")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    if sys.platform.startswith("linux") or kept == "False":
+        assert out.stdout.split() == [kept]
+
+
+@glibc_only
+def test_growing_large_blocks_fragment_a_heap_that_keeps_them():
+    """Why keeping is not the default: blocks that each outgrow the hole the last one left. Kept on the heap,
+    every hole stays resident (the peak is about their sum, 360 MiB); glibc maps and unmaps each (about the
+    largest, 80 MiB)."""
+    peak = {mode: int(_run(GROWING_BLOCKS, mode)[0]) for mode in ("0", "1")}
+    MiB = 2**20
+    assert peak["1"] > 250 * MiB and peak["0"] < 130 * MiB, peak
+
+
+def test_an_unknown_setting_is_a_one_line_error():
+    out = subprocess.run([sys.executable, "-m", "course_lib", "bench", "sparsemax", "--repeats", "1"],
+                         env={**os.environ, SETTING: "yes"}, capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr
+    assert f"unknown {SETTING} 'yes' (valid: 0, 1, auto)" in out.stderr.strip().splitlines()[-1]

@@ -216,3 +216,56 @@ def test_a_row_with_every_key_cut_is_not_nan():
     assert torch.isfinite(out.loss)
     out.loss.backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def _step_with_gradients(model, grads: dict, clip_scope: str) -> dict:
+    """One guarded step (SGD, lr 1, clip at 1.0) whose gradient is exactly `grads`; return each parameter's
+    update, keyed by name."""
+    from accelerate import Accelerator
+    from pathlib import Path
+
+    from course_lib.methods.registry import get_method
+    from course_lib.training.config import FinetuneConfig
+    from course_lib.training.loop import guarded_step
+
+    cfg = FinetuneConfig(method="asa", asa_clip_scope=clip_scope)
+    clipped = get_method("asa").clip_scope(cfg, model) if hasattr(model, "adversaries") else None
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    loss = sum((p * grads[n]).sum() for n, p in model.named_parameters())  # d loss / d p = grads[n]
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    guarded_step(loss, loss.item(), Accelerator(cpu=True), model, optimizer, 1.0, "stop", "test", Path("none"),
+                 "", clipped)
+    return {n: p.detach() - before[n] for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("adversary_scale", [1e-3, 1.0, 1e3])
+def test_the_clip_leaves_the_adversaries_out(adversary_scale):
+    """Whatever the adversaries' gradient, ASA's encoder and head take vanilla's clipped update of the same
+    gradient (`asa_clip_scope=learner`); clipping every parameter (`all`, the old recipe) does not."""
+    asa = ASAClassifier(tiny_encoder(), 2, mode="asa")
+    vanilla = SequenceClassifier(tiny_encoder(), 2)
+    vanilla.load_state_dict({k: v for k, v in asa.state_dict().items() if not k.startswith("adversaries.")})
+    g = torch.Generator().manual_seed(0)
+    grads = {n: torch.randn(p.shape, generator=g) * (adversary_scale if n.startswith("adversaries.") else 1.0)
+             for n, p in asa.named_parameters()}
+    expected = _step_with_gradients(vanilla, grads, "learner")
+    for scope in ("learner", "all"):
+        model = ASAClassifier(tiny_encoder(), 2, mode="asa")
+        model.load_state_dict(asa.state_dict())
+        update = _step_with_gradients(model, grads, scope)
+        same = all(torch.allclose(update[n], expected[n], rtol=1e-6, atol=1e-9) for n in expected)
+        if scope == "learner" or adversary_scale >= 1:  # a small adversary gradient barely moves the global norm
+            assert same == (scope == "learner"), (scope, adversary_scale)
+
+
+def test_asa_runs_saved_before_the_clip_scope_existed_read_as_clipping_everything():
+    from course_lib.model.config import first_difference
+    from course_lib.training.config import FinetuneConfig
+
+    old = FinetuneConfig(method="asa").to_dict()
+    del old["asa_clip_scope"]
+    assert first_difference(old, FinetuneConfig(method="asa")) == "asa_clip_scope"
+    assert first_difference(old, FinetuneConfig(method="asa", asa_clip_scope="all")) is None
+    old_vanilla = FinetuneConfig().to_dict()
+    del old_vanilla["asa_clip_scope"]
+    assert first_difference(old_vanilla, FinetuneConfig()) is None  # a field vanilla never reads

@@ -121,6 +121,7 @@ def test_sigterm_saves_at_the_step_boundary_exits_75_and_the_rerun_ends_identica
         return real_step(*args, **kwargs)
 
     monkeypatch.setattr(loop_module, "guarded_step", step_then_sigterm)
+    monkeypatch.setenv("TQDM_DISABLE", "1")  # no bar on stderr, even where an earlier test imported ipykernel
     out = tmp_path / "preempted"
     capsys.readouterr()
     assert cli.main(tiny_run(tiny_model_dir, keyword_glue, out)) == 75

@@ -73,7 +73,7 @@ def _contestants(model_name):
 
 def speed(model_name=None, batch_size: int = 32, seq_lens=(64, 128), repeats: int = 10, warmup: int = 2) -> dict:
     """Training step (forward + backward, dropout on) and inference (eval, no grad) for each contestant."""
-    keep_freed_memory()  # as the training loops do; it serves every contestant alike
+    keep_freed_memory(batch_size, max(seq_lens))  # as the command line would for this batch; every contestant alike
     torch.manual_seed(0)
     runs, modules, cfg = _contestants(model_name)
     peak = matmul_gflops()
@@ -271,7 +271,7 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
     from course_lib.training.config import PretrainConfig
 
     load_before = machine_load()
-    keep_freed_memory()  # as finetune and pretrain do
+    keep_freed_memory(batch_size, seq_len)  # as the command line does for finetune and pretrain at this batch
     accelerator = Accelerator(cpu=True)
     lines, source = text_lines(glue_dir)
     lines = glue.subsample(lines, 4 * epoch_examples + 64 * batch_size, seed=0)

@@ -266,6 +266,22 @@ def _build(cfg, encoder, num_labels: int, mode: str):
     return ASA_MODELS[run_family(cfg)].from_config(cfg, encoder, num_labels, **options)
 
 
+# Which parameters the gradient clip covers in an ASA run (`asa_clip_scope`). The authors' scripts never clip
+# (run_sent_clas.py, run_tok_clas.py); this project clips at max_grad_norm as for vanilla, so the two runs share
+# a recipe. learner: the encoder and the head, as vanilla's clip. all: the adversaries too, as this project's
+# runs did before the option existed: their reversed gradients are 10-100x the encoder's, so one global norm
+# over both scaled the encoder's update down by that much, by a factor that changed from step to step.
+CLIP_SCOPES = ("learner", "all")
+
+
+def clipped_parameters(cfg, model) -> list | None:
+    """The method registry's clip scope for `asa`: every parameter but the adversaries' (or None: all)."""
+    if cfg.asa_clip_scope == "all":
+        return None
+    adversaries = {id(p) for p in model.adversaries.parameters()}
+    return [p for p in model.parameters() if id(p) not in adversaries]
+
+
 def build_asa(cfg, encoder, num_labels: int, tokenizer):
     """The method registry's task model for `asa` (`course_lib.methods.registry`), for the run's task family."""
     return _build(cfg, encoder, num_labels, "asa")

@@ -17,6 +17,7 @@ line here (or in a user's file: `register(Method(...))` before `finetune`).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -50,6 +51,10 @@ class Method:
     epoch_data(cfg, features, context): the epoch's training set and its statistics, or None to train on the
     encoded set as it is; its result is cached in the run folder, so a resumed epoch trains on the same set.
     token_labels: the task model reads per-token labels (SSA), which epoch_data writes into the features.
+    clip_scope(cfg, model): the parameters the gradient clip covers, or None for all of them (ASA leaves its
+    adversaries out, `asa.clipped_parameters`).
+    saved_before: for an option added after the method's runs were archived, the value those runs had (what a
+    metrics.json without the field reads as; ASA's runs before `asa_clip_scope` clipped everything).
     """
 
     name: str
@@ -59,6 +64,8 @@ class Method:
     encoder_overrides: Callable[..., dict] = lambda cfg: {}
     epoch_data: Callable | None = None
     token_labels: bool = False
+    clip_scope: Callable[..., list | None] = lambda cfg, model: None
+    saved_before: dict = dataclasses.field(default_factory=dict)
     families: tuple[str, ...] | None = None  # the task families it applies to; None: every one (it only
     #   changes the encoder, whose output every family's head reads)
 
@@ -98,8 +105,9 @@ register(Method("vanilla", "plain fine-tuning (Devlin et al. 2019)"))
 register(Method("ssaf", "sparsegen-lin attention in every head (Cui et al. 2019)", ("sparsegen_lambda",),
                 encoder_overrides=ssaf.encoder_config))
 register(Method("asa", "adversarial self-attention (Wu et al. 2023)",
-                ("asa_tau", "asa_noise", "asa_tagging_divergence"),
-                build_model=asa.build_asa, families=tuple(asa.ASA_MODELS)))
+                ("asa_tau", "asa_noise", "asa_tagging_divergence", "asa_clip_scope"),
+                build_model=asa.build_asa, clip_scope=asa.clipped_parameters, saved_before={"asa_clip_scope": "all"},
+                families=tuple(asa.ASA_MODELS)))
 register(Method("bernoulli-mask", "random attention masks, ASA's baseline (Wu et al. 2023)",
                 ("bernoulli_p", "asa_tagging_divergence"),
                 build_model=asa.build_bernoulli_mask, families=tuple(asa.ASA_MODELS)))

@@ -205,6 +205,9 @@ class FinetuneJob(Job):
         return glue.epoch_batches([length(f) for f in self.epoch_train], self.cfg.batch_size, self.cfg.seed,
                                   epoch, shuffle=True, bucket=self.cfg.bucket_by_length)
 
+    def clipped_parameters(self, model) -> list | None:
+        return get_method(self.cfg.method).clip_scope(self.cfg, model)
+
     def loss(self, rows):
         accelerator = self.loop.accelerator
         loss, stats = batch_loss(self.loop.model, [self.epoch_train[i] for i in rows], self.pad_id, accelerator,

@@ -52,8 +52,12 @@ def linear_warmup_decay(optimizer, warmup_steps: int, total_steps: int):
 
 
 def guarded_step(loss: torch.Tensor, value: float, accelerator: Accelerator, model, optimizer,
-                 max_grad_norm: float, on_nonfinite: str, where: str, ckpt_path: Path, hint: str) -> bool:
+                 max_grad_norm: float, on_nonfinite: str, where: str, ckpt_path: Path, hint: str,
+                 clipped: list | None = None) -> bool:
     """Backward, clip and step when the loss `value` is finite; return False for a skipped step.
+
+    The clip scales the gradients of `clipped` (None: every parameter of the model) to a global norm of at
+    most max_grad_norm; the method decides which (`Job.clipped_parameters`: ASA leaves its adversaries out).
 
     A NaN or infinite loss either skips the step (on_nonfinite="skip") or stops the run with RunFailed,
     naming where it happened; the last good checkpoint on disk is left untouched.
@@ -61,7 +65,7 @@ def guarded_step(loss: torch.Tensor, value: float, accelerator: Accelerator, mod
     if math.isfinite(value):
         accelerator.backward(loss)
         if max_grad_norm > 0:
-            accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
+            accelerator.clip_grad_norm_(model.parameters() if clipped is None else clipped, max_grad_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return True
@@ -192,6 +196,10 @@ class Job:
     def check_resume(self, checkpoint: dict) -> None:
         """Refuse a checkpoint that the config check cannot catch (pre-training: another corpus)."""
 
+    def clipped_parameters(self, model: torch.nn.Module) -> list | None:
+        """The parameters the gradient clip covers; None: all of the model's."""
+        return None
+
     def begin(self, loop: "TrainingLoop") -> None:
         """Called once the model is prepared, before the first step: keep `loop` (its model, base, state)."""
         self.loop = loop
@@ -217,6 +225,7 @@ class TrainingLoop:
         self.state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "history": [], "train_seconds": 0.0,
                       "skipped_steps": 0}
         self.base = model  # the unwrapped model, once accelerate has prepared it
+        self.clipped = None  # the parameters the gradient clip covers (None: all), as the job says at the start
         self._previous_handlers, self._stop_signal = {}, None  # stop signals caught while `run` trains
 
     def run(self, job: Job) -> dict:
@@ -230,6 +239,7 @@ class TrainingLoop:
             self._catch_stop_signals()
             self.model, self.optimizer = self.accelerator.prepare(self.model, self.optimizer)
             self.base = self.accelerator.unwrap_model(self.model)
+            self.clipped = job.clipped_parameters(self.base)
             job.begin(self)
             while self.state["epoch"] < job.segments:
                 segment = self.state["epoch"]
@@ -298,7 +308,7 @@ class TrainingLoop:
             loss, value, record = job.loss(item)
             if guarded_step(loss, value, self.accelerator, self.model, self.optimizer, cfg.max_grad_norm,
                             cfg.on_nonfinite_loss, job.where(segment, state["step_in_epoch"], item), self.ckpt_path,
-                            job.hint):
+                            job.hint, self.clipped):
                 job.record(record)
             else:
                 state["skipped_steps"] += 1
