@@ -269,3 +269,41 @@ def test_asa_runs_saved_before_the_clip_scope_existed_read_as_clipping_everythin
     old_vanilla = FinetuneConfig().to_dict()
     del old_vanilla["asa_clip_scope"]
     assert first_difference(old_vanilla, FinetuneConfig()) is None  # a field vanilla never reads
+
+
+def test_the_regression_divergence_matches_the_authors_code():
+    """Numbers from the authors' `divergence` (gingasan/adversarialSA, commit 049af10, modeling/utils.py), run on
+    these (B, 1) scores in float64 in a scratch folder outside this repository: the value and both gradients."""
+    clean = torch.tensor([[0.5], [1.25], [-0.375], [2.0], [3.5]], dtype=torch.float64, requires_grad=True)
+    adversarial = torch.tensor([[0.75], [1.0], [0.125], [2.5], [3.0]], dtype=torch.float64, requires_grad=True)
+    model = ASAClassifier(tiny_encoder(), 1, mode="asa")
+    assert model.regression_divergence.__name__ == "_batch_softmax"  # the default
+    value = model.divergence(clean, adversarial)
+    value.backward()
+    assert value.item() == pytest.approx(0.018769991389905018, rel=1e-12)
+    authors_clean_grad = [-0.003864629215510778, 0.00019718538475635135, -0.002637406663489699,
+                          -0.028354793816223384, 0.034659644310467516]
+    authors_adversarial_grad = [0.0038740724064302043, -0.001544367950181205, 0.0032358575694969556,
+                                0.03478874739792673, -0.04035430942367269]
+    assert clean.grad.view(-1).tolist() == pytest.approx(authors_clean_grad, rel=1e-10)
+    assert adversarial.grad.view(-1).tolist() == pytest.approx(authors_adversarial_grad, rel=1e-10)
+    shifted = model.divergence(clean.detach() + 3.0, adversarial.detach() + 3.0)
+    assert shifted.item() == pytest.approx(value.item(), rel=1e-12)  # a common shift changes nothing
+
+
+def test_the_squared_regression_divergence_is_the_mean_squared_difference():
+    clean, adversarial = torch.randn(6, 1), torch.randn(6, 1)
+    model = ASAClassifier(tiny_encoder(), 1, mode="asa", regression_divergence="squared")
+    assert torch.allclose(model.divergence(clean, adversarial), ((clean - adversarial) ** 2).mean())
+
+
+def test_asa_runs_saved_before_the_regression_divergence_existed_read_as_squared():
+    from course_lib.model.config import first_difference
+    from course_lib.training.config import FinetuneConfig
+
+    for method, scope in (("asa", {"asa_clip_scope": "all"}), ("bernoulli-mask", {})):  # bernoulli: no adversary
+        old = FinetuneConfig(method=method, task="stsb").to_dict()
+        del old["asa_regression_divergence"], old["asa_clip_scope"]
+        new = FinetuneConfig(method=method, task="stsb", asa_regression_divergence="squared", **scope)
+        assert first_difference(old, new) is None
+        assert first_difference(old, FinetuneConfig(method=method, task="stsb", **scope)) == "asa_regression_divergence"

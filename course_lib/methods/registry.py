@@ -105,12 +105,14 @@ register(Method("vanilla", "plain fine-tuning (Devlin et al. 2019)"))
 register(Method("ssaf", "sparsegen-lin attention in every head (Cui et al. 2019)", ("sparsegen_lambda",),
                 encoder_overrides=ssaf.encoder_config))
 register(Method("asa", "adversarial self-attention (Wu et al. 2023)",
-                ("asa_tau", "asa_noise", "asa_tagging_divergence", "asa_clip_scope"),
-                build_model=asa.build_asa, clip_scope=asa.clipped_parameters, saved_before={"asa_clip_scope": "all"},
+                ("asa_tau", "asa_noise", "asa_tagging_divergence", "asa_regression_divergence", "asa_clip_scope"),
+                build_model=asa.build_asa, clip_scope=asa.clipped_parameters,
+                saved_before={"asa_clip_scope": "all", "asa_regression_divergence": "squared"},
                 families=tuple(asa.ASA_MODELS)))
 register(Method("bernoulli-mask", "random attention masks, ASA's baseline (Wu et al. 2023)",
-                ("bernoulli_p", "asa_tagging_divergence"),
-                build_model=asa.build_bernoulli_mask, families=tuple(asa.ASA_MODELS)))
+                ("bernoulli_p", "asa_tagging_divergence", "asa_regression_divergence"),
+                build_model=asa.build_bernoulli_mask, saved_before={"asa_regression_divergence": "squared"},
+                families=tuple(asa.ASA_MODELS)))
 register(Method("ssa-co", "self-supervised attention, co-training (Kou et al. 2020)", ssa.SSA_FIELDS,
                 build_model=ssa.build_ssa_co, epoch_data=ssa.ssa_epoch_data, token_labels=True,
                 families=(SENTENCE,)))

@@ -105,6 +105,8 @@ class FinetuneConfig(TrainingRunConfig):
     asa_noise: str = "none"  # asa: none = the authors' deterministic step; logistic = binary Concrete sample
     asa_tagging_divergence: str = "window-sum"  # asa, bernoulli-mask on tagging: window-sum = the authors' code (each
     #   token's divergence summed over the window, padding included); word-mean = averaged over the scored words
+    asa_regression_divergence: str = "batch-softmax"  # asa, bernoulli-mask on a regression task (STS-B): batch-softmax
+    #   = the authors' code (a softmax of the scores across the batch, symmetric KL); squared = the squared difference
     asa_clip_scope: str = "learner"  # asa: which parameters the gradient clip covers: learner = encoder and head,
     #   as vanilla's; all = the adversaries too (this project's ASA runs before 2026-11-26)
     bernoulli_p: float = 0.1  # bernoulli-mask: probability of cutting each attention unit (paper: 0.05, 0.1)
@@ -130,7 +132,10 @@ class FinetuneConfig(TrainingRunConfig):
             raise UsageError(f"FinetuneConfig.sparsegen_lambda must be < 1, got {self.sparsegen_lambda!r}")
         if self.asa_noise not in ASA_NOISE:
             raise choice_error("asa_noise", self.asa_noise, ASA_NOISE)
-        from course_lib.methods.asa import CLIP_SCOPES, TAGGING_DIVERGENCES
+        from course_lib.methods.asa import CLIP_SCOPES, REGRESSION_DIVERGENCES, TAGGING_DIVERGENCES
+        if self.asa_regression_divergence not in REGRESSION_DIVERGENCES:
+            raise choice_error("asa_regression_divergence", self.asa_regression_divergence,
+                               tuple(REGRESSION_DIVERGENCES))
         if self.asa_tagging_divergence not in TAGGING_DIVERGENCES:
             raise choice_error("asa_tagging_divergence", self.asa_tagging_divergence, tuple(TAGGING_DIVERGENCES))
         if self.asa_clip_scope not in CLIP_SCOPES:
@@ -345,13 +350,13 @@ def _declared_field_docs(cls) -> dict[str, str]:
 def field_choices(cls) -> dict[str, tuple[str, ...]]:
     """The valid names of the fields that take one from a registry: validate() checks them, --help lists them."""
     from course_lib.methods.ag import BOUNDARIES, REDUCTIONS
-    from course_lib.methods.asa import CLIP_SCOPES, TAGGING_DIVERGENCES
+    from course_lib.methods.asa import CLIP_SCOPES, REGRESSION_DIVERGENCES, TAGGING_DIVERGENCES
     from course_lib.tasks.registry import TASK_TYPES, TASKS
 
     per_class = {
         FinetuneConfig: {"task": tuple(TASKS), "task_type": tuple(TASK_TYPES), "ssa_label_mode": SSA_LABEL_MODES,
                          "asa_noise": ASA_NOISE, "asa_tagging_divergence": tuple(TAGGING_DIVERGENCES),
-                         "asa_clip_scope": CLIP_SCOPES},
+                         "asa_clip_scope": CLIP_SCOPES, "asa_regression_divergence": tuple(REGRESSION_DIVERGENCES)},
         MultitaskConfig: {"tasks": tuple(t for t in TASKS if t != "custom"), "schedule": MULTITASK_SCHEDULES,
                           "ssa_label_mode": SSA_LABEL_MODES, "pair_encoding": PAIR_ENCODINGS,
                           "option": COURSE_OPTIONS},
