@@ -1,4 +1,4 @@
-"""AG's patterns, loss and schedule against the identities of algorithms.md section 4.4 (Deshpande &
+"""AG's patterns, loss and schedule against their defining identities (docs/methods.md, section 4; Deshpande &
 Narasimhan 2020), on tiny hand-made tensors."""
 import re
 

@@ -499,7 +499,7 @@ def sparsemax_speed(shape=(32, 12, 128, 128), repeats: int = 10, warmup: int = 2
                     lambdas=(0.0, -4.0)) -> dict:
     """Forward + backward of our sparsegen-lin against entmax.sparsemax(scores / (1 - lambda)), fp32.
 
-    Scores are N(0, logit_std²) (algorithms.md 3.3: supports of about 2 keys at lambda 0, 7 at -4, L = 128);
+    Scores are N(0, logit_std²) (supports of about 2 keys at lambda 0 and 7 at -4 when L = 128);
     softmax is timed for reference, and the full-sort closed form to show what the partial sort saves.
     """
     import entmax

@@ -125,9 +125,10 @@ class SSAClassifier(SequenceClassifier):
 
 def mask_positions(segments: list[range], rng: random.Random, trigger_p: float = 0.1,
                    long_span_p: float = 0.7) -> set[int]:
-    """The authors' masking sampler, per segment: each position triggers, with probability `trigger_p`, a cut
-    at a random index r of its own quartile of the segment; the cut masks r, r-1, ... backwards for a span of
-    3 (u > 0.7), 2 (0.4 < u <= 0.7) or 1 wordpieces. About 10-16% of wordpieces end up masked."""
+    """A masking sampler shaped like the authors', per segment: each position triggers, with probability
+    `trigger_p`, a cut at a random index r of its own quartile of the segment; the cut masks r, r-1, ...
+    backwards for a span of 3 (u > 0.7), 2 (0.4 < u <= 0.7) or 1 wordpieces. About 16% of wordpieces end up
+    masked. The authors' quartiles can be empty on short segments, so theirs masks less there (docs/departures.md)."""
     masked: set[int] = set()
     for seg in segments:
         n = len(seg)
