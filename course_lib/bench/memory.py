@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from course_lib.fast.allocator import AUTO_LIMIT, SETTING, keep_freed_memory
+from course_lib.fast.allocator import SETTING, auto_keeps, keep_freed_memory
 from course_lib.repro import progress
 
 GOAL = 1.2  # at most this times transformers' peak, both with the default setting (issue 42)
@@ -41,7 +41,7 @@ class MemoryCase:
 
     def default_mode(self) -> str:
         """The mode the default setting (auto) picks for this batch and length (`allocator.wants_kept`)."""
-        return "1" if self.batch_size * self.max_len**2 <= AUTO_LIMIT else "0"
+        return "1" if auto_keeps(self.batch_size, self.max_len) else "0"
 
 
 CASES = {"sst2": MemoryCase("SST-2", 128, 32, "BertForSequenceClassification"),

@@ -50,12 +50,15 @@ def memory_mode() -> str:
     return mode
 
 
+def auto_keeps(batch_size: int | None, max_len: int | None) -> bool:
+    """What `auto` picks for a run of this batch and length (None: not a training run, nothing kept)."""
+    return batch_size is not None and max_len is not None and batch_size * max_len**2 <= AUTO_LIMIT
+
+
 def wants_kept(batch_size: int | None = None, max_len: int | None = None) -> bool:
     """Whether the setting keeps freed memory for a run of this batch and length (None: not a training run)."""
     mode = memory_mode()
-    if mode == "auto":
-        return batch_size is not None and max_len is not None and batch_size * max_len**2 <= AUTO_LIMIT
-    return mode == "1"
+    return auto_keeps(batch_size, max_len) if mode == "auto" else mode == "1"
 
 
 def keep_freed_memory(batch_size: int | None = None, max_len: int | None = None) -> bool:
