@@ -1,9 +1,13 @@
 """ASA (Wu et al. 2023): gradient reversal, the straight-through step, the divergence, the tau trend."""
+import itertools
+import math
+
 import pytest
 import torch
 
 from course_lib.methods.asa import (ADVERSARIAL_MASK, ASAClassifier, ASATokenClassifier, Adversary, binarize,
-                                   grad_reverse, symmetric_kl)
+                                   fully_cut_rows, grad_reverse, symmetric_kl)
+from course_lib.model.attention import ScoreCut, attend
 from course_lib.model.bert import BertModel
 from course_lib.model.config import BertConfig
 from course_lib.model.heads import SequenceClassifier
@@ -307,3 +311,77 @@ def test_asa_runs_saved_before_the_regression_divergence_existed_read_as_squared
         new = FinetuneConfig(method=method, task="stsb", asa_regression_divergence="squared", **scope)
         assert first_difference(old, new) is None
         assert first_difference(old, FinetuneConfig(method=method, task="stsb", **scope)) == "asa_regression_divergence"
+
+
+def _direct_cut_attention(q, k, v, keep):
+    """Row by row: softmax over the kept keys, or uniform over all L keys when none is kept."""
+    B, H, L, _ = q.shape
+    out = torch.zeros_like(q)
+    for b, h, i in itertools.product(range(B), range(H), range(L)):
+        kept = keep[b, 0, i].bool()
+        if not kept.any():
+            out[b, h, i] = v[b, h].mean(0)
+            continue
+        scores = (k[b, h][kept] @ q[b, h, i]) / math.sqrt(q.shape[-1])
+        out[b, h, i] = torch.softmax(scores, 0) @ v[b, h][kept]
+    return out
+
+
+def test_a_score_cut_replaces_scores_so_a_fully_cut_row_is_uniform():
+    """ScoreCut (the authors' rule) against a direct computation; no gradient reaches a cut unit's score."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    keep = (torch.rand(2, 1, 5, 5, generator=g) > 0.4).double()
+    keep[0, 0, 1] = 0  # a fully cut row
+    keep[1, 0, 3] = 0
+    keep[1, 0, 3, 2] = 1  # a row with one key kept
+    got, _ = attend(q, k, v, ScoreCut(keep))
+    torch.testing.assert_close(got, _direct_cut_attention(q, k, v, keep), rtol=1e-12, atol=1e-12)
+    got[0, :, 1].sum().backward()  # the fully cut row reads every value, and no query or key
+    assert q.grad.abs().sum() == 0 and k.grad.abs().sum() == 0
+    assert (v.grad[0] == 1 / 5).all() and (v.grad[1] == 0).all()
+
+
+def _all_cut(model):
+    for adversary in model.adversaries:  # X = -d/sqrt(d) < 0 everywhere: every unit is cut
+        torch.nn.init.zeros_(adversary.query.weight)
+        torch.nn.init.zeros_(adversary.key.weight)
+        torch.nn.init.constant_(adversary.query.bias, 1.0)
+        torch.nn.init.constant_(adversary.key.bias, -1.0)
+    return model
+
+
+@pytest.mark.parametrize("cut_row", ["uniform", "clean"])
+def test_the_cut_row_rule_when_the_adversary_cuts_everything(cut_row):
+    """uniform: every layer attends uniformly over all L positions, padding included, as a model whose queries are
+    zero and that has no padding mask; clean: every row keeps its clean attention, so the pass is the clean one."""
+    ids, mask, _ = tiny_batch()
+    model = _all_cut(ASAClassifier(tiny_encoder(), 2, mode="asa", cut_row=cut_row)).eval()
+    with torch.no_grad():
+        adversarial, _ = model.logits(ids, mask, attention_bias=model.adversarial_bias(mask, []))
+        if cut_row == "clean":
+            want, _ = model.logits(ids, mask)
+        else:
+            d = model.encoder.config.hidden_size
+            for layer in model.encoder.layers:  # the fused projection's first d rows are the queries
+                layer.attention.qkv.weight[:d] = 0
+                layer.attention.qkv.bias[:d] = 0
+            want, _ = model.logits(ids, None)
+    torch.testing.assert_close(adversarial, want, rtol=1e-5, atol=1e-6)
+
+
+def test_fully_cut_rows_are_counted_over_real_queries_and_keys():
+    keep = torch.ones(1, 4, 4)
+    keep[0, 0, :3] = 0  # row 0: its real keys (0-2) all cut, the padded key 3 kept
+    keep[0, 1, :2] = 0  # row 1: key 2 kept
+    mask = torch.tensor([[1, 1, 1, 0]])
+    assert fully_cut_rows(keep, mask) == pytest.approx(1 / 3)
+
+
+def test_a_bernoulli_uniform_cut_still_cuts_padding():
+    ids, mask, _ = tiny_batch()
+    model = ASAClassifier(tiny_encoder(), 2, mode="bernoulli", bernoulli_p=0.5).train()
+    torch.manual_seed(0)
+    _, out = model.logits(ids, mask, attention_bias=model.adversarial_bias(mask, []), output_attentions=True)
+    for probs in out.attentions:
+        assert (probs[0, :, :6, 6:] == 0).all()  # real queries of sequence 0 give its padding nothing

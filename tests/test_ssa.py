@@ -2,13 +2,14 @@
 import math
 import random
 
+import pytest
 import torch
 
 from course_lib.model.bert import BertModel
 from course_lib.model.config import BertConfig
 from course_lib.model.heads import SequenceClassifier
-from course_lib.methods.ssa import (IGNORE, SSAClassifier, aug_ratio, bert_mask_epoch_features, mask_positions,
-                            ssa_epoch_features)
+from course_lib.methods.ssa import (IGNORE, SSAClassifier, aug_ratio, authors_mask_positions, bert_mask_epoch_features,
+                                   mask_positions, ssa_epoch_features)
 
 CLS, SEP, PAD, MASK, FUNNY = 101, 102, 0, 103, 7
 
@@ -179,3 +180,77 @@ def test_bf16_probe_runs_only_the_probes_in_bfloat16(tiny_model_dir, keyword_glu
         model.train()(batch["input_ids"], batch["attention_mask"], labels=batch["labels"])
         assert set(seen) == {torch.float32}  # no autocast left behind for training
     assert dtypes == {False: {torch.float32}, True: {torch.bfloat16}}
+
+
+# Masked share of wordpieces and share of probes that mask nothing, per segment length, from the authors' sampler:
+# the quartile loop of `aug_func` calling their `rand_rm` and `rm_sub` (koukoulala/ssa_BERT, commit 93284bb,
+# data_util.py, aug_threshold 0.1, rm_threshold 0.7), 20,000 draws per length with numpy seed 0, in a scratch
+# folder outside this repository.
+AUTHORS_SAMPLER = {1: (0.0, 1.0), 2: (0.052, 0.896), 3: (0.033883, 0.89835), 5: (0.04532, 0.80655),
+                   6: (0.100833, 0.5305), 10: (0.10888, 0.35055), 20: (0.137605, 0.12015)}
+
+
+def test_the_authors_sampler_masks_as_their_code():
+    rng = random.Random(0)
+    for n, (share, empty) in AUTHORS_SAMPLER.items():
+        draws = [authors_mask_positions([range(3, 3 + n)], rng) for _ in range(20_000)]
+        assert all(d <= set(range(3, 3 + n)) for d in draws)
+        assert sum(map(len, draws)) / (20_000 * n) == pytest.approx(share, abs=0.006), n
+        assert sum(not d for d in draws) / 20_000 == pytest.approx(empty, abs=0.012), n
+
+
+def test_probes_that_mask_nothing_are_kept_as_all_ones_copies_without_a_forward_pass():
+    """Short sentences: the authors' sampler leaves most probes empty; they join as all-ones copies (their code),
+    and only masked copies are run. The rounded sampler drops empty probes."""
+    rng = random.Random(0)
+    feats = [feature([rng.randrange(20, 90) for _ in range(3)], label=0) for _ in range(60)]
+    calls = []
+
+    def stub(batch):
+        calls.append(batch)
+        return funny_stub(batch)
+
+    kwargs = dict(epoch=4, seed=0, special_ids={CLS, SEP, PAD}, mask_id=MASK, is_regression=False)
+    out, stats = ssa_epoch_features(feats, stub, sampler="authors", **kwargs)
+    probe_calls = [f for batch in calls for f in batch if MASK in f["input_ids"]]
+    assert stats["labelled"] == int(60 * 0.8) and stats["probes"] > len(probe_calls)
+    ones = [f for f in out[:stats["labelled"]] if set(f["token_labels"][1:-1]) == {1}]
+    assert len(ones) > stats["labelled"] / 2  # mostly empty probes, labelled all ones
+    _, rounded = ssa_epoch_features(feats, funny_stub, sampler="rounded", **kwargs)
+    assert rounded["probes"] >= rounded["labelled"]
+
+
+@pytest.mark.parametrize("init", ["bert", "torch"])
+def test_token_head_init(init):
+    head = tiny_ssa(hybrid=False, ssa_share_weight=False, ssa_head_init=init).token_head
+    if init == "bert":  # the authors': N(0, 0.02) dense layer, zero bias, every position its own draw
+        assert head.dense.bias.abs().sum() == 0
+        assert head.dense.weight.std().item() == pytest.approx(0.02, rel=0.1)
+        assert not torch.equal(head.weight[0], head.weight[1])
+    else:  # PyTorch's default Linear init, one output draw copied to every position
+        assert head.dense.bias.abs().sum() > 0
+        assert torch.equal(head.weight[0], head.weight[1])
+    assert head.weight.std().item() == pytest.approx(0.02, rel=0.2)
+
+
+def test_ssa_runs_saved_before_the_sampler_and_head_init_options_read_as_the_old_ones():
+    from course_lib.model.config import first_difference
+    from course_lib.training.config import FinetuneConfig
+
+    for method in ("ssa-co", "ssa-hybrid", "bert-mask"):
+        old = FinetuneConfig(method=method).to_dict()
+        del old["ssa_sampler"], old["ssa_head_init"]
+        assert first_difference(old, FinetuneConfig(method=method)) in ("ssa_sampler", "ssa_head_init")
+        pinned = {"ssa_sampler": "rounded"} if method == "bert-mask" else {"ssa_sampler": "rounded",
+                                                                          "ssa_head_init": "torch"}
+        assert first_difference(old, FinetuneConfig(method=method, **pinned)) is None
+
+
+def test_multitask_runs_saved_before_the_options_read_as_the_old_ones():
+    from course_lib.model.config import first_difference
+    from course_lib.training.config import MultitaskConfig
+
+    old = MultitaskConfig(ssa="all").to_dict()
+    del old["ssa_sampler"], old["ssa_head_init"]
+    assert first_difference(old, MultitaskConfig(ssa="all")) in ("ssa_sampler", "ssa_head_init")
+    assert first_difference(old, MultitaskConfig(ssa="all", ssa_sampler="rounded", ssa_head_init="torch")) is None

@@ -113,7 +113,7 @@ def test_nonfinite_loss_stops_and_keeps_the_checkpoint(tiny_model_dir, keyword_g
      "custom, dream"),
     (["--method", "magic"], "unknown method 'magic' (valid: asa, bernoulli-mask, bert-mask, mean-pool, ssa-co, ssa-hybrid, ssaf, vanilla)"),
     (["--epochs", "two"], "argument --epochs: invalid int value: 'two'"),
-    (["--frobnicate", "1"], "unknown option '--frobnicate' for finetune (valid: --asa-clip-scope, --asa-noise, "
+    (["--frobnicate", "1"], "unknown option '--frobnicate' for finetune (valid: --asa-clip-scope, --asa-cut-row, --asa-noise, "
      "--asa-regression-divergence, --asa-tagging-divergence, --asa-tau"),
     (["--asa-tagging-divergence", "sum"], "unknown asa_tagging_divergence 'sum' (valid: window-sum, word-mean)"),
     (["--lr", "-1"], "FinetuneConfig.lr must be > 0, got -1.0"),

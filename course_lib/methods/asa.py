@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.model.attention import at_least_fp32
+from course_lib.model.attention import ScoreCut, at_least_fp32
 from course_lib.model.heads import (IGNORE_INDEX, ClassifierOutput, MultipleChoiceHead, SequenceClassifier,
                                     SpanHead, TokenClassifier)
 from course_lib.tasks.glue import SENTENCE
@@ -132,6 +132,34 @@ def masked_fraction(keep: torch.Tensor, attention_mask: torch.Tensor | None) -> 
     return ((cut * pairs).sum() / pairs.sum()).item()
 
 
+def _added_cut(keep: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    return ((1.0 - keep) * ADVERSARIAL_MASK)[:, None]  # (B, 1, L, L), added to the padding mask
+
+
+def _replaced_cut(keep: torch.Tensor, attention_mask: torch.Tensor | None) -> ScoreCut:
+    if attention_mask is not None:  # the cut replaces the padding mask, so it cuts the padding keys itself
+        keep = keep * attention_mask[:, None, :].to(keep.dtype)
+    return ScoreCut(keep[:, None], ADVERSARIAL_MASK)  # (B, 1, L, L)
+
+
+# What a cut does to a row of attention (`asa_cut_row`), which decides a row whose every real key is cut.
+# clean: -1e4 is added to a cut unit's logit, so such a row keeps its clean softmax over the real keys (the shift
+# cancels), while a row with one key kept puts all its weight there. uniform: the authors' code (modeling/bert.py,
+# BertSelfAttention and AsaBert.Encoder) replaces a cut unit's score with -1e4, padding keys included, so such a
+# row becomes uniform over every position of the padded batch. Rows with a key kept are the same under both.
+CUT_ROWS = {"uniform": _replaced_cut, "clean": _added_cut}
+
+
+def fully_cut_rows(keep: torch.Tensor, attention_mask: torch.Tensor | None) -> float:
+    """Share of real query rows whose real keys are all cut: the rows `asa_cut_row` decides."""
+    kept = keep.detach() if attention_mask is None else keep.detach() * attention_mask[:, None, :].to(keep.dtype)
+    empty = (kept.sum(-1) == 0).float()  # (B, L)
+    if attention_mask is None:
+        return empty.mean().item()
+    real = attention_mask.to(empty.dtype)
+    return ((empty * real).sum() / real.sum()).item()
+
+
 class AdversarialSelfAttention:
     """ASA's two-pass objective for any task head (`mode="asa"`), or random attention masks in the same loss
     (`mode="bernoulli"`, the paper's naive-masking baseline, Table 3). Mixed into a head class that has
@@ -141,9 +169,10 @@ class AdversarialSelfAttention:
     head_dropout = True  # the head takes `dropout` (cfg.classifier_dropout); a span head has none
 
     def __init__(self, encoder, *head_args, mode: str = "asa", asa_tau: float = 0.3, asa_noise: str = "none",
-                 bernoulli_p: float = 0.1, **head_options):
+                 bernoulli_p: float = 0.1, cut_row: str = "uniform", **head_options):
         super().__init__(encoder, *head_args, **head_options)  # the head this is mixed into
         self.mode, self.asa_tau, self.asa_noise, self.bernoulli_p = mode, asa_tau, asa_noise, bernoulli_p
+        self.cut = CUT_ROWS[cut_row]
         if mode == "asa":
             config = self.encoder.config
             self.adversaries = nn.ModuleList(Adversary(config.hidden_size) for _ in range(config.num_hidden_layers))
@@ -167,7 +196,7 @@ class AdversarialSelfAttention:
                 B, L = hidden.shape[:2]
                 keep = (torch.rand(B, L, L, device=hidden.device) >= self.bernoulli_p).to(hidden.dtype)
             keeps.append(keep)
-            return ((1.0 - keep) * ADVERSARIAL_MASK)[:, None]  # (B, 1, L, L)
+            return self.cut(keep, attention_mask)
         return bias
 
     def encoder_mask(self, attention_mask):
@@ -189,7 +218,7 @@ class AdversarialSelfAttention:
             loss = loss + (penalty - penalty.detach())  # its gradient only: the logged loss stays L_e + D
         clean.loss = loss
         clean.stats = {"masked_fraction": [masked_fraction(k, mask) for k in keeps],
-                       "divergence": divergence.item()}
+                       "fully_cut_rows": [fully_cut_rows(k, mask) for k in keeps], "divergence": divergence.item()}
         return clean
 
 
@@ -286,7 +315,8 @@ ASA_MODELS = {SENTENCE: ASAClassifier, SPAN_QA: ASASpanHead, TAGGING: ASATokenCl
 
 
 def _build(cfg, encoder, num_labels: int, mode: str):
-    options = dict(mode=mode, asa_tau=cfg.asa_tau, asa_noise=cfg.asa_noise, bernoulli_p=cfg.bernoulli_p)
+    options = dict(mode=mode, asa_tau=cfg.asa_tau, asa_noise=cfg.asa_noise, bernoulli_p=cfg.bernoulli_p,
+                   cut_row=cfg.asa_cut_row)
     return ASA_MODELS[run_family(cfg)].from_config(cfg, encoder, num_labels, **options)
 
 

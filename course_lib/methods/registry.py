@@ -105,22 +105,26 @@ register(Method("vanilla", "plain fine-tuning (Devlin et al. 2019)"))
 register(Method("ssaf", "sparsegen-lin attention in every head (Cui et al. 2019)", ("sparsegen_lambda",),
                 encoder_overrides=ssaf.encoder_config))
 register(Method("asa", "adversarial self-attention (Wu et al. 2023)",
-                ("asa_tau", "asa_noise", "asa_tagging_divergence", "asa_regression_divergence", "asa_clip_scope"),
+                ("asa_tau", "asa_noise", "asa_tagging_divergence", "asa_regression_divergence", "asa_clip_scope",
+                 "asa_cut_row"),
                 build_model=asa.build_asa, clip_scope=asa.clipped_parameters,
-                saved_before={"asa_clip_scope": "all", "asa_regression_divergence": "squared"},
+                saved_before={"asa_clip_scope": "all", "asa_regression_divergence": "squared", "asa_cut_row": "clean"},
                 families=tuple(asa.ASA_MODELS)))
 register(Method("bernoulli-mask", "random attention masks, ASA's baseline (Wu et al. 2023)",
-                ("bernoulli_p", "asa_tagging_divergence", "asa_regression_divergence"),
-                build_model=asa.build_bernoulli_mask, saved_before={"asa_regression_divergence": "squared"},
+                ("bernoulli_p", "asa_tagging_divergence", "asa_regression_divergence", "asa_cut_row"),
+                build_model=asa.build_bernoulli_mask,
+                saved_before={"asa_regression_divergence": "squared", "asa_cut_row": "clean"},
                 families=tuple(asa.ASA_MODELS)))
 register(Method("ssa-co", "self-supervised attention, co-training (Kou et al. 2020)", ssa.SSA_FIELDS,
                 build_model=ssa.build_ssa_co, epoch_data=ssa.ssa_epoch_data, token_labels=True,
-                families=(SENTENCE,)))
+                saved_before=ssa.SAVED_BEFORE, families=(SENTENCE,)))
 register(Method("ssa-hybrid", "self-supervised attention with importance pooling (Kou et al. 2020)",
                 ssa.SSA_FIELDS + ("ssa_cls_weight", "ssa_threshold"), build_model=ssa.build_ssa_hybrid,
-                epoch_data=ssa.ssa_epoch_data, token_labels=True, families=(SENTENCE,)))
+                epoch_data=ssa.ssa_epoch_data, token_labels=True, saved_before=ssa.SAVED_BEFORE,
+                families=(SENTENCE,)))
 register(Method("bert-mask", "masked copies with their gold labels, SSA's baseline (Kou et al. 2020)",
-                epoch_data=ssa.bert_mask_epoch_data, families=(SENTENCE,)))
+                ("ssa_sampler",), epoch_data=ssa.bert_mask_epoch_data, saved_before={"ssa_sampler": "rounded"},
+                families=(SENTENCE,)))
 register(Method("mean-pool", "vanilla with the head on the mean token vector, not [CLS] (a control)",
                 build_model=lambda cfg, encoder, num_labels, tokenizer: MeanPoolClassifier(
                     encoder, num_labels, cfg.classifier_dropout), families=(SENTENCE,)))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +33,23 @@ def aug_ratio(epoch: int) -> float:
     return round(min(RAMP_STEP * epoch, RAMP_MAX), 6)
 
 
+def _bert_init(dense: nn.Linear, positions: int) -> torch.Tensor:
+    nn.init.normal_(dense.weight, std=0.02)
+    nn.init.zeros_(dense.bias)
+    return torch.randn(positions, 2, dense.in_features) * 0.02
+
+
+def _torch_init(dense: nn.Linear, positions: int) -> torch.Tensor:
+    return (torch.randn(2, dense.in_features) * 0.02).repeat(positions, 1, 1)
+
+
+# How the token head starts (`ssa_head_init`). bert: the authors' (init_bert_weights over BertTokenAug, ssa_BERT
+# modeling.py): the dense layer N(0, 0.02) with zero bias, and every position's output layer its own N(0, 0.02)
+# draw. torch: this project's first reading: PyTorch's default init of the dense layer, one output draw that
+# every position copies. Returns the output weights for `positions` positions, (positions, 2, d).
+HEAD_INITS = {"bert": _bert_init, "torch": _torch_init}
+
+
 class TokenHead(nn.Module):
     """Per-token importance logits (B, L, 2): dense → GELU → LayerNorm, then a 2-way output.
 
@@ -39,13 +57,15 @@ class TokenHead(nn.Module):
     position index its own (the paper's w^i_SSA; the authors use it for RTE and STS-B).
     """
 
-    def __init__(self, hidden_size: int, max_len: int, eps: float = 1e-12, shared: bool = True):
+    def __init__(self, hidden_size: int, max_len: int, eps: float = 1e-12, shared: bool = True,
+                 init: str = "bert"):
         super().__init__()
         self.dense = nn.Linear(hidden_size, hidden_size)
         self.norm = nn.LayerNorm(hidden_size, eps=eps)
         self.shared = shared
-        weight = torch.randn(2, hidden_size) * 0.02
-        self.weight = nn.Parameter(weight if shared else weight.repeat(max_len, 1, 1))  # (2, d) or (L_max, 2, d)
+        self.weight = nn.Parameter(HEAD_INITS[init](self.dense, 1 if shared else max_len))  # (n, 2, d)
+        if shared:
+            self.weight = nn.Parameter(self.weight.data[0])  # (2, d)
         self.bias = nn.Parameter(torch.zeros(2))
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -61,10 +81,10 @@ class SSAClassifier(SequenceClassifier):
 
     def __init__(self, encoder, num_labels: int, dropout: float, special_ids: list[int], max_len: int,
                  hybrid: bool = False, ssa_target_weight: float = 0.7, ssa_cls_weight: float = 0.5,
-                 ssa_threshold: float = 0.3, ssa_share_weight: bool = True):
+                 ssa_threshold: float = 0.3, ssa_share_weight: bool = True, ssa_head_init: str = "bert"):
         super().__init__(encoder, num_labels, dropout)
         cfg = encoder.config
-        self.token_head = TokenHead(cfg.hidden_size, max_len, cfg.layer_norm_eps, ssa_share_weight)
+        self.token_head = TokenHead(cfg.hidden_size, max_len, cfg.layer_norm_eps, ssa_share_weight, ssa_head_init)
         self.register_buffer("special_ids", torch.tensor(special_ids), persistent=False)
         self.hybrid, self.target_weight = hybrid, ssa_target_weight
         self.cls_weight, self.threshold = ssa_cls_weight, ssa_threshold
@@ -125,10 +145,11 @@ class SSAClassifier(SequenceClassifier):
 
 def mask_positions(segments: list[range], rng: random.Random, trigger_p: float = 0.1,
                    long_span_p: float = 0.7) -> set[int]:
-    """A masking sampler shaped like the authors', per segment: each position triggers, with probability
-    `trigger_p`, a cut at a random index r of its own quartile of the segment; the cut masks r, r-1, ...
-    backwards for a span of 3 (u > 0.7), 2 (0.4 < u <= 0.7) or 1 wordpieces. About 16% of wordpieces end up
-    masked. The authors' quartiles can be empty on short segments, so theirs masks less there (docs/departures.md)."""
+    """This project's first sampler (`ssa_sampler="rounded"`), shaped like the authors': per segment, each
+    position triggers, with probability `trigger_p`, a cut at a random index r of its own quartile of the
+    segment; the cut masks r, r-1, ... backwards for a span of 3 (u > 0.7), 2 (0.4 < u <= 0.7) or 1 wordpieces.
+    Quartile bounds are rounded and never narrower than one position, so about 16% of wordpieces are masked
+    whatever the segment's length; the authors' sampler (`authors_mask_positions`) masks less on short ones."""
     masked: set[int] = set()
     for seg in segments:
         n = len(seg)
@@ -145,6 +166,52 @@ def mask_positions(segments: list[range], rng: random.Random, trigger_p: float =
             span = 3 if u > long_span_p else 2 if u > 0.4 else 1
             masked.update(seg[j] for j in range(max(0, r - span + 1), r + 1))
     return masked
+
+
+def _authors_cut(lo: float, hi: float, rng: random.Random, long_span_p: float) -> range:
+    """One cut in the quartile [lo, hi) as the authors' `rand_rm` makes it (ssa_BERT, data_util.py): nothing
+    when the quartile spans one position or less; r drawn as numpy's randint(lo, hi) does with float bounds
+    (both truncated); a span of 3 (u > 0.7) or 2 (0.4 < u < 0.7) only when r is that far inside the quartile."""
+    if hi - lo <= 1:
+        return range(0)
+    r, u = rng.randrange(int(lo), int(hi)), rng.random()
+    if u > long_span_p and r >= lo + 2:
+        span = 3
+    elif 2 * long_span_p - 1 < u < long_span_p and r >= lo + 1:
+        span = 2
+    else:
+        span = 1
+    return range(r - span + 1, r + 1)
+
+
+def authors_mask_positions(segments: list[range], rng: random.Random, trigger_p: float = 0.1,
+                           long_span_p: float = 0.7) -> set[int]:
+    """The authors' sampler (`ssa_sampler="authors"`, data_util.py `aug_func`): the same triggers and spans as
+    `mask_positions`, with the quartile bounds numpy's float percentiles of 0..n-1 (q · (n - 1)). A quartile no
+    wider than one position never masks, so short segments are masked far less (3-5 wordpieces: 2-5%), and a
+    segment of one wordpiece never; a probe may mask nothing."""
+    masked: set[int] = set()
+    for seg in segments:
+        n = len(seg)
+        bounds = [0.0, *(q * (n - 1) for q in (0.25, 0.5, 0.75)), float(n)]
+        for i in range(n):
+            if rng.random() > trigger_p:
+                continue
+            quartile = max(q for q in range(4) if bounds[q] <= i)
+            cut = _authors_cut(bounds[quartile], bounds[quartile + 1], rng, long_span_p)
+            masked.update(seg[j] for j in cut)
+    return masked
+
+
+class Sampler(NamedTuple):
+    masks: Callable[[list[range], random.Random], set[int]]
+    keeps_empty_probes: bool  # a probe that masks nothing: kept as an all-ones copy (its prediction holds) or dropped
+
+
+# How probes are masked (`ssa_sampler`): the authors' sampler, whose probes that mask nothing join the pool as
+# all-ones copies as in their code (data_util.py, aug_func to the qualifying check), or this project's first one
+# (rounded quartiles, empty probes dropped).
+SAMPLERS = {"authors": Sampler(authors_mask_positions, True), "rounded": Sampler(mask_positions, False)}
 
 
 def segments_of(feature: dict, special_ids: set[int]) -> list[range]:
@@ -175,7 +242,7 @@ def agree(task_is_regression: bool, a: float, b: float, tolerance: float = 0.3) 
 
 def ssa_epoch_features(features: list[dict], predict, epoch: int, seed: int, special_ids: set[int], mask_id: int,
                        is_regression: bool, label_mode: str = "code", max_rounds: int = 3,
-                       first_epoch_loss: bool = True) -> tuple[list, dict]:
+                       first_epoch_loss: bool = True, sampler: str = "authors") -> tuple[list, dict]:
     """The epoch's training set: N examples, a share `aug_ratio(epoch)` of them carrying probed token labels.
 
     `predict(features) -> list of predictions` runs the current model in eval mode. The authors probe every
@@ -197,6 +264,7 @@ def ssa_epoch_features(features: list[dict], predict, epoch: int, seed: int, spe
     if ratio == 0:
         return base, stats
     rng = random.Random(seed * 100_003 + epoch)
+    masks, keeps_empty = SAMPLERS[sampler]
     wanted = int(n * ratio)
     order = rng.sample(range(n), n)
     original: dict[int, float] = {}  # prediction on the unmasked sentence, computed once per example
@@ -211,12 +279,12 @@ def ssa_epoch_features(features: list[dict], predict, epoch: int, seed: int, spe
             original.update(zip(fresh, predict([features[i] for i in fresh])))
             stats["originals"] += len(fresh)
             correct = [i for i in block if agree(is_regression, original[i], features[i]["label"])]
-            probes = [(i, frozenset(mask_positions(segments_of(features[i], special_ids), rng))) for i in correct]
-            probes = [(i, pos) for i, pos in probes if pos and (i, pos) not in labelled]
-            masked = predict([masked_copy(features[i], pos, mask_id) for i, pos in probes])
+            probes = [(i, frozenset(masks(segments_of(features[i], special_ids), rng))) for i in correct]
+            probes = [(i, pos) for i, pos in probes if (pos or keeps_empty) and (i, pos) not in labelled]
+            masked = iter(predict([masked_copy(features[i], pos, mask_id) for i, pos in probes if pos]))
             stats["probes"] += len(probes)
-            for (i, pos), pred in zip(probes, masked):
-                held = agree(is_regression, pred, original[i])
+            for i, pos in probes:  # a probe that masks nothing is the original: its prediction holds
+                held = agree(is_regression, next(masked), original[i]) if pos else True
                 if label_mode == "code" and not held:
                     continue  # the authors discard probes whose prediction flips
                 labels = [IGNORE if t in special_ids else (int(not held) if j in pos else default)
@@ -231,29 +299,32 @@ def ssa_epoch_features(features: list[dict], predict, epoch: int, seed: int, spe
 
 
 def bert_mask_epoch_features(features: list[dict], epoch: int, seed: int, special_ids: set[int],
-                             mask_id: int) -> tuple[list, dict]:
+                             mask_id: int, sampler: str = "authors") -> tuple[list, dict]:
     """BERT-mask baseline (Kou et al. 2020, Sec. 4): the same share of the epoch replaced by randomly masked
     copies that keep their gold label; no model, no filtering, no auxiliary loss."""
     n, ratio = len(features), aug_ratio(epoch)
     rng = random.Random(seed * 100_003 + epoch)
     chosen = rng.sample(range(n), int(n * ratio))
     rest = rng.sample(range(n), n - len(chosen))
-    copies = [masked_copy(features[i], mask_positions(segments_of(features[i], special_ids), rng), mask_id)
-              for i in chosen]
+    masks = SAMPLERS[sampler].masks
+    copies = [masked_copy(features[i], masks(segments_of(features[i], special_ids), rng), mask_id) for i in chosen]
     return copies + [features[i] for i in rest], {"aug_ratio": ratio, "labelled": len(copies)}
 
 
 # ----------------------------------------------------------------------------------------------
 # The method registry's hooks (course_lib.methods.registry): ssa-co, ssa-hybrid and bert-mask
 
-SSA_FIELDS = ("ssa_target_weight", "ssa_label_mode", "ssa_share_weight", "ssa_first_epoch_loss", "ssa_probe_bf16")
+SAVED_BEFORE = {"ssa_sampler": "rounded", "ssa_head_init": "torch"}  # what SSA runs saved before these options did
+SSA_FIELDS = ("ssa_target_weight", "ssa_label_mode", "ssa_share_weight", "ssa_first_epoch_loss", "ssa_probe_bf16",
+              "ssa_sampler", "ssa_head_init")
 
 
 def _build_ssa(cfg, encoder, num_labels: int, tokenizer, hybrid: bool) -> SSAClassifier:
     return SSAClassifier(encoder, num_labels, cfg.classifier_dropout, sorted(special_token_ids(tokenizer)),
                          cfg.max_len, hybrid=hybrid,
                          ssa_target_weight=cfg.ssa_target_weight, ssa_cls_weight=cfg.ssa_cls_weight,
-                         ssa_threshold=cfg.ssa_threshold, ssa_share_weight=cfg.ssa_share_weight)
+                         ssa_threshold=cfg.ssa_threshold, ssa_share_weight=cfg.ssa_share_weight,
+                         ssa_head_init=cfg.ssa_head_init)
 
 
 def build_ssa_co(cfg, encoder, num_labels: int, tokenizer) -> SSAClassifier:
@@ -267,9 +338,11 @@ def build_ssa_hybrid(cfg, encoder, num_labels: int, tokenizer) -> SSAClassifier:
 def ssa_epoch_data(cfg, features: list[dict], context) -> tuple[list[dict], dict]:
     """SSA's epoch: token labels made by probing the current model (`ssa_epoch_features`)."""
     return ssa_epoch_features(features, context.probe, context.epoch, cfg.seed, context.special_ids, context.mask_id,
-                              context.is_regression, cfg.ssa_label_mode, first_epoch_loss=cfg.ssa_first_epoch_loss)
+                              context.is_regression, cfg.ssa_label_mode, first_epoch_loss=cfg.ssa_first_epoch_loss,
+                              sampler=cfg.ssa_sampler)
 
 
 def bert_mask_epoch_data(cfg, features: list[dict], context) -> tuple[list[dict], dict]:
     """BERT-mask's epoch: the same share of masked copies, with their gold labels (`bert_mask_epoch_features`)."""
-    return bert_mask_epoch_features(features, context.epoch, cfg.seed, context.special_ids, context.mask_id)
+    return bert_mask_epoch_features(features, context.epoch, cfg.seed, context.special_ids, context.mask_id,
+                                    cfg.ssa_sampler)

@@ -5,12 +5,13 @@ additive mask/bias on the logits and `normalise` maps each row of scores (over t
 vector. Softmax is the classic choice; SSAF (Cui et al. 2019) swaps in sparsegen-lin, ASA changes M.
 
 Shapes: B batch, H heads, L sequence length, d_h head size. q, k, v are (B, H, L, d_h); the bias broadcasts
-to (B, H, L, L).
+to (B, H, L, L). A bias may also be a `ScoreCut`, which replaces cut units' scores instead of shifting them.
 """
 from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -177,6 +178,30 @@ def get_normalizer(name: str, **params) -> Callable[[torch.Tensor], torch.Tensor
     return functools.partial(NORMALIZERS[name], **params) if params else NORMALIZERS[name]
 
 
+@dataclass
+class ScoreCut:
+    """Attention units removed by replacing their score with `fill` rather than adding it: ASA's cut as the
+    authors' code applies it (adversarialSA, modeling/bert.py: scores * 1[mask >= 0] + mask). A row whose every
+    key is cut, padding included, then has equal logits and becomes uniform over all L positions, where an added
+    bias would leave the row's softmax over its real keys unchanged. keep: 0/1, broadcasting to (B, H, Lq, L);
+    its gradient flows through the `fill` term only, and no gradient reaches a cut unit's score."""
+
+    keep: torch.Tensor
+    fill: float = -1e4
+
+    def __call__(self, scores: torch.Tensor) -> torch.Tensor:
+        keep = self.keep.to(scores.dtype)
+        return scores * keep.detach() + (1.0 - keep) * self.fill
+
+    def __getitem__(self, index) -> "ScoreCut":
+        """The cut of some rows (a layer computed for the [CLS] row only slices its bias)."""
+        return ScoreCut(self.keep[index], self.fill)
+
+
+def _normalize_cut(normalize: Callable, cut: ScoreCut, scores: torch.Tensor) -> torch.Tensor:
+    return normalize(cut(scores))
+
+
 def attention_probs(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None,
                     normalize: Callable[[torch.Tensor], torch.Tensor] = softmax) -> torch.Tensor:
     """[q1a] Scaled dot-product attention weights with masking: A = normalise(Q K^T / sqrt(d_h) + bias).
@@ -212,10 +237,13 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor
     """
     p = dropout.p if dropout is not None and dropout.training else 0.0
     # On a CPU, SDPA with dropout falls back to an unfused path; the module's own dropout is as fast or faster.
-    if normalize is softmax and not need_weights and (p == 0.0 or q.is_cuda):
+    fused = normalize is softmax and not isinstance(bias, ScoreCut)
+    if fused and not need_weights and (p == 0.0 or q.is_cuda):
         if bias is not None and bias.dtype != q.dtype:  # under autocast q is half precision, the mask fp32
             bias = bias.to(q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p), None
+    if isinstance(bias, ScoreCut):  # the cut edits the scores before the normaliser sees them
+        normalize, bias = functools.partial(_normalize_cut, normalize, bias), None
     probs = attention_probs(q, k, bias, normalize)
     return (dropout(probs) if p else probs) @ v, probs
 

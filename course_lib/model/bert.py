@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.model.attention import attend, get_normalizer
+from course_lib.model.attention import ScoreCut, attend, get_normalizer
 from course_lib.model.config import BertConfig
 
 
@@ -193,7 +193,8 @@ class BertModel(nn.Module):
 
         attention_bias: extra additive logits, one tensor broadcastable to (B, H, L, L) for every layer, a
         sequence with one entry (or None) per layer, or a hook `f(layer_index, layer_input)` that computes
-        each layer's bias from that layer's input (B, L, d) during the pass (ASA's adversaries).
+        each layer's bias from that layer's input (B, L, d) during the pass (ASA's adversaries). A `ScoreCut`
+        entry replaces the padding mask: its own keep must cut the padding keys.
         last_layer: runs the last layer instead of `layer(x, bias, need_weights)`, e.g. for the [CLS] row only
         when a head reads nothing else (`heads.cls_row_layer`).
         """
@@ -214,7 +215,7 @@ class BertModel(nn.Module):
         attentions = []
         for i, layer in enumerate(self.layers):
             extra = attention_bias(i, x) if callable(attention_bias) else attention_bias[i]
-            bias = mask if extra is None else (extra if mask is None else mask + extra)
+            bias = mask if extra is None else (extra if mask is None or isinstance(extra, ScoreCut) else mask + extra)
             if last_layer is not None and i == len(self.layers) - 1:
                 x, probs = last_layer(layer, x, bias, output_attentions)
             else:

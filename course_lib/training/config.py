@@ -64,6 +64,10 @@ class TrainingRunConfig(Validated):
     ssa_target_weight: float = 0.7  # SSA: alpha, loss = alpha L_target + (1 - alpha) L_SSA (Kou et al. 2020)
     ssa_label_mode: str = "code"  # SSA: code = the authors' labels (default); paper = the paper's
     ssa_share_weight: bool = True  # SSA: one token-head output layer for every position (False: per position)
+    ssa_sampler: str = "authors"  # SSA, bert-mask: authors = the authors' masking sampler (float quartiles, so
+    #   short segments are masked less; probes that mask nothing kept as all-ones copies); rounded = ours before
+    ssa_head_init: str = "bert"  # SSA: the token head's init: bert = N(0, 0.02), zero bias, each position its own
+    #   draw (the authors'); torch = PyTorch's default for the dense layer, one draw copied to every position
     ssa_first_epoch_loss: bool = True  # SSA, code labels: epoch 1 trains the token head on all-ones labels
     #   (the authors' code); False leaves epoch 1 to the task loss, until probed labels exist
     doc_stride: int = 128  # span QA: context tokens shared by consecutive windows over a long paragraph
@@ -82,6 +86,11 @@ class TrainingRunConfig(Validated):
         _shared_run_checks(self)
         if self.ssa_label_mode not in SSA_LABEL_MODES:
             raise choice_error("ssa_label_mode", self.ssa_label_mode, SSA_LABEL_MODES)
+        from course_lib.methods.ssa import HEAD_INITS, SAMPLERS
+        if self.ssa_sampler not in SAMPLERS:
+            raise choice_error("ssa_sampler", self.ssa_sampler, tuple(SAMPLERS))
+        if self.ssa_head_init not in HEAD_INITS:
+            raise choice_error("ssa_head_init", self.ssa_head_init, tuple(HEAD_INITS))
 
 
 @dataclass
@@ -109,6 +118,8 @@ class FinetuneConfig(TrainingRunConfig):
     #   = the authors' code (a softmax of the scores across the batch, symmetric KL); squared = the squared difference
     asa_clip_scope: str = "learner"  # asa: which parameters the gradient clip covers: learner = encoder and head,
     #   as vanilla's; all = the adversaries too (this project's ASA runs before 2026-11-26)
+    asa_cut_row: str = "uniform"  # asa, bernoulli-mask: a row whose real keys are all cut becomes uniform over
+    #   every position, padding included (uniform, the authors' code) or keeps its clean attention (clean)
     bernoulli_p: float = 0.1  # bernoulli-mask: probability of cutting each attention unit (paper: 0.05, 0.1)
     ssa_cls_weight: float = 0.5  # ssa-hybrid: beta, the pooled [CLS] share of the SSA layer (paper Eq. 1)
     ssa_threshold: float = 0.3  # ssa-hybrid: tokens with importance below this are left out of the pooling
@@ -132,7 +143,7 @@ class FinetuneConfig(TrainingRunConfig):
             raise UsageError(f"FinetuneConfig.sparsegen_lambda must be < 1, got {self.sparsegen_lambda!r}")
         if self.asa_noise not in ASA_NOISE:
             raise choice_error("asa_noise", self.asa_noise, ASA_NOISE)
-        from course_lib.methods.asa import CLIP_SCOPES, REGRESSION_DIVERGENCES, TAGGING_DIVERGENCES
+        from course_lib.methods.asa import CLIP_SCOPES, CUT_ROWS, REGRESSION_DIVERGENCES, TAGGING_DIVERGENCES
         if self.asa_regression_divergence not in REGRESSION_DIVERGENCES:
             raise choice_error("asa_regression_divergence", self.asa_regression_divergence,
                                tuple(REGRESSION_DIVERGENCES))
@@ -140,6 +151,8 @@ class FinetuneConfig(TrainingRunConfig):
             raise choice_error("asa_tagging_divergence", self.asa_tagging_divergence, tuple(TAGGING_DIVERGENCES))
         if self.asa_clip_scope not in CLIP_SCOPES:
             raise choice_error("asa_clip_scope", self.asa_clip_scope, CLIP_SCOPES)
+        if self.asa_cut_row not in CUT_ROWS:
+            raise choice_error("asa_cut_row", self.asa_cut_row, tuple(CUT_ROWS))
 
     def defaults(self) -> dict:
         from course_lib.methods.registry import METHODS
@@ -241,6 +254,12 @@ class MultitaskConfig(TrainingRunConfig):
     #   (the course's); cross: one sequence [CLS] a [SEP] b [SEP] (BERT's). None: separate with --cs224n, else cross
     option: str = "finetune"  # the course's --option: finetune trains everything; pretrain freezes the encoder
     use_gpu: bool = False  # the course's flag: insist on a CUDA GPU (without it a GPU is still used when present)
+
+    def defaults(self) -> dict:
+        """A multitask run saved before an SSA option existed did what SSA-Co's runs then did."""
+        from course_lib.methods.ssa import SAVED_BEFORE
+
+        return {**super().defaults(), **SAVED_BEFORE}
 
     def task_names(self) -> list[str]:
         """The tasks' registry names, in the order given ('SST-2' becomes 'sst2')."""
@@ -350,16 +369,18 @@ def _declared_field_docs(cls) -> dict[str, str]:
 def field_choices(cls) -> dict[str, tuple[str, ...]]:
     """The valid names of the fields that take one from a registry: validate() checks them, --help lists them."""
     from course_lib.methods.ag import BOUNDARIES, REDUCTIONS
-    from course_lib.methods.asa import CLIP_SCOPES, REGRESSION_DIVERGENCES, TAGGING_DIVERGENCES
+    from course_lib.methods.asa import CLIP_SCOPES, CUT_ROWS, REGRESSION_DIVERGENCES, TAGGING_DIVERGENCES
+    from course_lib.methods.ssa import HEAD_INITS, SAMPLERS
     from course_lib.tasks.registry import TASK_TYPES, TASKS
 
+    ssa = {"ssa_label_mode": SSA_LABEL_MODES, "ssa_sampler": tuple(SAMPLERS), "ssa_head_init": tuple(HEAD_INITS)}
     per_class = {
-        FinetuneConfig: {"task": tuple(TASKS), "task_type": tuple(TASK_TYPES), "ssa_label_mode": SSA_LABEL_MODES,
+        FinetuneConfig: {"task": tuple(TASKS), "task_type": tuple(TASK_TYPES), **ssa,
                          "asa_noise": ASA_NOISE, "asa_tagging_divergence": tuple(TAGGING_DIVERGENCES),
-                         "asa_clip_scope": CLIP_SCOPES, "asa_regression_divergence": tuple(REGRESSION_DIVERGENCES)},
-        MultitaskConfig: {"tasks": tuple(t for t in TASKS if t != "custom"), "schedule": MULTITASK_SCHEDULES,
-                          "ssa_label_mode": SSA_LABEL_MODES, "pair_encoding": PAIR_ENCODINGS,
-                          "option": COURSE_OPTIONS},
+                         "asa_clip_scope": CLIP_SCOPES, "asa_regression_divergence": tuple(REGRESSION_DIVERGENCES),
+                         "asa_cut_row": tuple(CUT_ROWS)},
+        MultitaskConfig: {"tasks": tuple(t for t in TASKS if t != "custom"), "schedule": MULTITASK_SCHEDULES, **ssa,
+                          "pair_encoding": PAIR_ENCODINGS, "option": COURSE_OPTIONS},
         PretrainConfig: {"method": PRETRAIN_METHODS, "ag_reduction": REDUCTIONS, "ag_boundary": BOUNDARIES},
     }
     return {"mixed_precision": MIXED_PRECISION, "on_nonfinite_loss": NONFINITE_LOSS, **per_class.get(cls, {})}
