@@ -263,7 +263,7 @@ def test_the_clip_leaves_the_adversaries_out(adversary_scale):
 
 
 def test_asa_runs_saved_before_the_clip_scope_existed_read_as_clipping_everything():
-    from course_lib.model.config import first_difference
+    from course_lib.config import first_difference
     from course_lib.training.config import FinetuneConfig
 
     old = FinetuneConfig(method="asa").to_dict()
@@ -302,7 +302,7 @@ def test_the_squared_regression_divergence_is_the_mean_squared_difference():
 
 
 def test_asa_runs_saved_before_the_regression_divergence_existed_read_as_squared():
-    from course_lib.model.config import first_difference
+    from course_lib.config import first_difference
     from course_lib.training.config import FinetuneConfig
 
     for method, scope in (("asa", {"asa_clip_scope": "all"}), ("bernoulli-mask", {})):  # bernoulli: no adversary

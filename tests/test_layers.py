@@ -11,7 +11,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = (
-    {"errors", "repro"},  # the shared base: one-line errors, seeding, atomic writes, progress bars
+    {"errors", "repro", "config"},  # the shared base: one-line errors, seeding, atomic writes, progress bars,
+    #                                 the config framework
     {"model"},  # plain PyTorch BERT
     {"fast"},  # CPU kernels swapped into a model
     {"tasks"},

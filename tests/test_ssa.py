@@ -234,7 +234,7 @@ def test_token_head_init(init):
 
 
 def test_ssa_runs_saved_before_the_sampler_and_head_init_options_read_as_the_old_ones():
-    from course_lib.model.config import first_difference
+    from course_lib.config import first_difference
     from course_lib.training.config import FinetuneConfig
 
     for method in ("ssa-co", "ssa-hybrid", "bert-mask"):
@@ -247,7 +247,7 @@ def test_ssa_runs_saved_before_the_sampler_and_head_init_options_read_as_the_old
 
 
 def test_multitask_runs_saved_before_the_options_read_as_the_old_ones():
-    from course_lib.model.config import first_difference
+    from course_lib.config import first_difference
     from course_lib.training.config import MultitaskConfig
 
     old = MultitaskConfig(ssa="all").to_dict()

@@ -17,7 +17,7 @@ from course_lib.experiments import collect
 from course_lib.experiments import sweep
 from course_lib.cli import build_parser
 from course_lib.training.config import FinetuneConfig
-from course_lib.model.config import first_difference
+from course_lib.config import first_difference
 from course_lib.experiments.notebooks import NotebookRun
 
 ROOT = Path(__file__).resolve().parents[1]

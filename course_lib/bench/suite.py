@@ -451,7 +451,7 @@ class _SortSparsemax(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z):
-        from course_lib.model.attention import sparsemax_forward
+        from course_lib.model.sparsemax import sparsemax_forward
 
         p = sparsemax_forward(z, -1)
         ctx.save_for_backward(p)
@@ -459,7 +459,7 @@ class _SortSparsemax(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        from course_lib.model.attention import sparsemax_backward
+        from course_lib.model.sparsemax import sparsemax_backward
 
         return sparsemax_backward(ctx.saved_tensors[0], grad, -1)
 
@@ -476,7 +476,7 @@ def fully_masked_rows(length: int = 128) -> list[dict]:
     """What ours and entmax give for a row whose every logit is masked, with each masking value in use."""
     import entmax
 
-    from course_lib.model.attention import sparsegen_lin
+    from course_lib.model.sparsemax import sparsegen_lin
 
     rows = []
     for name, value in (("-inf", -math.inf), ("finfo(float32).min", torch.finfo(torch.float32).min),
@@ -504,7 +504,7 @@ def sparsemax_speed(shape=(32, 12, 128, 128), repeats: int = 10, warmup: int = 2
     """
     import entmax
 
-    from course_lib.model.attention import sparsegen_lin
+    from course_lib.model.sparsemax import sparsegen_lin
 
     load_before = machine_load()
     gen = torch.Generator().manual_seed(0)

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from course_lib.errors import UsageError
 from course_lib.methods.registry import own_options_only
-from course_lib.model.config import Validated
+from course_lib.config import Validated
 from course_lib.repro import progress
 from course_lib.experiments.sweep import run_name
 from course_lib.tasks.registry import get_task

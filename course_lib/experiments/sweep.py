@@ -59,7 +59,7 @@ from course_lib.methods.registry import own_options_only
 from course_lib.experiments.notebooks import NotebookRun
 from course_lib.repro import (METRICS, atomic_write, check_writable_dir, lock_exclusive, progress,
                               remove_stale_temporaries, write_json)
-from course_lib.model.config import first_difference
+from course_lib.config import first_difference
 from course_lib.model.weights import check_model
 
 COMMANDS = {"finetune": FinetuneConfig, "notebook": NotebookRun}  # what a grid can run, and its config

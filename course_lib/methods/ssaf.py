@@ -2,7 +2,7 @@
 
 Every head of every layer swaps its row softmax for sparsegen-lin with one global lambda (paper Eqs. 7-8),
 and all of BERT is fine-tuned as usual. Negative lambda (the paper uses -3 to -7) is *less* sparse than
-sparsemax; see `course_lib.model.attention.sparsegen_lin` for the mathematics.
+sparsemax; see `course_lib.model.sparsemax.sparsegen_lin` for the mathematics.
 """
 from __future__ import annotations
 

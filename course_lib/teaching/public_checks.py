@@ -202,7 +202,7 @@ def _rows(g):
 @check("q3a", points=2, atol=ATOL, inputs=_rows)
 def sparsemax_forward_rows(x):
     """sparsemax along the last axis of (4, 7) rows, from full support to a single winner."""
-    from course_lib.model.attention import sparsemax_forward
+    from course_lib.model.sparsemax import sparsemax_forward
 
     return {"p": sparsemax_forward(x["z"], -1)}
 
@@ -210,13 +210,13 @@ def sparsemax_forward_rows(x):
 @check("q3a", points=1, atol=ATOL, inputs=lambda g: {"z": 2 * randn(g, 5, 3, 2)})
 def sparsemax_forward_along_dim0(x):
     """The same along dim 0 of a (5, 3, 2) tensor: every [:, i, j] slice sums to 1."""
-    from course_lib.model.attention import sparsemax_forward
+    from course_lib.model.sparsemax import sparsemax_forward
 
     return {"p": sparsemax_forward(x["z"], 0)}
 
 
 def _vjp_inputs(g):
-    from course_lib.model.attention import sparsemax_forward
+    from course_lib.model.sparsemax import sparsemax_forward
 
     return {"p": sparsemax_forward(_rows(g)["z"], -1), "grad": randn(g, 4, 7)}
 
@@ -224,7 +224,7 @@ def _vjp_inputs(g):
 @check("q3a", points=2, atol=ATOL, inputs=_vjp_inputs)
 def sparsemax_backward_rows(x):
     """J^T g for the (4, 7) outputs p of the forward check and a random incoming gradient g."""
-    from course_lib.model.attention import sparsemax_backward
+    from course_lib.model.sparsemax import sparsemax_backward
 
     return {"grad_z": sparsemax_backward(x["p"], x["grad"], -1)}
 

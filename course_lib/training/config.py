@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from course_lib.errors import UsageError
 
-from course_lib.model.config import (MIXED_PRECISION, Validated, fraction, non_negative, optional_positive,
-                                     positive, unit_interval)
+from course_lib.config import Validated, fraction, non_negative, optional_positive, positive, unit_interval
+from course_lib.model.config import MIXED_PRECISION
 
 NONFINITE_LOSS = ("stop", "skip")  # what a NaN or infinite loss does to the run
 SSA_LABEL_MODES = ("code", "paper")  # whose SSA token labels: the authors' code's or the paper's

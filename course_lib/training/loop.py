@@ -29,7 +29,7 @@ from accelerate import Accelerator
 
 from course_lib.fast import optimize
 from course_lib.errors import Preempted, RunFailed, UsageError
-from course_lib.model.config import first_difference
+from course_lib.config import first_difference
 from course_lib.repro import (CHECKPOINT, METRICS, check_writable_dir, lock_exclusive, progress,
                               remove_stale_temporaries, restore_training_state, save_torch, training_state,
                               write_json)

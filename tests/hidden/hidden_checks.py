@@ -139,7 +139,7 @@ def sparsemax_matches_entmax():
     """Forward and backward against entmax.sparsemax along dims 1 and -1 of (3, 9, 5) tensors."""
     import entmax
 
-    from course_lib.model.attention import sparsemax_backward, sparsemax_forward
+    from course_lib.model.sparsemax import sparsemax_backward, sparsemax_forward
 
     for dim in (1, -1):
         z, g = 3 * randn(3, 9, 5), randn(3, 9, 5)
@@ -154,7 +154,7 @@ def sparsemax_matches_entmax():
 @check("q3a", points=1, hidden=True)
 def sparsegen_lin_gradcheck():
     """Finite differences through sparsegen-lin (lambda = -2) in the model's autograd Function."""
-    from course_lib.model.attention import sparsegen_lin
+    from course_lib.model.sparsemax import sparsegen_lin
 
     z = randn(2, 3, 7).requires_grad_()
     if not torch.autograd.gradcheck(lambda x: sparsegen_lin(x, -2.0), (z,), raise_exception=False):
