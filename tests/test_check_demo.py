@@ -17,6 +17,9 @@ def fake_sweep(root: Path, vanilla_accuracy: float, pearson: float, warnings: li
             "notebook=02_multitask/seed=0": {
                 "kind": "multitask", "status": "complete", "config": {"max_eval_samples": 200, "seed": 0},
                 "dev": {"sst2": {"dev": {"accuracy": 0.74}}, "stsb": {"dev": {"pearson": pearson}}}, "warnings": []}}
+    runs["notebook=02_multitask/ssa=all,seed=0"] = {  # a method's run may lose to the baseline: not checked
+        "kind": "multitask", "status": "complete", "config": {"max_eval_samples": 200, "seed": 0, "ssa": "all"},
+        "dev": {"sst2": {"dev": {"accuracy": 0.4}}, "stsb": {"dev": {"pearson": 0.1}}}, "warnings": []}
     runs |= {f"notebook={n}_x/method=vanilla,seed=0": {"kind": "pretrain", "status": "complete"}
              for n in ("00", "03", "04", "05")}
     for name, result in runs.items():
@@ -28,7 +31,7 @@ def fake_sweep(root: Path, vanilla_accuracy: float, pearson: float, warnings: li
 
 def test_a_sweep_that_learnt_passes(tmp_path, capsys):
     assert check_demo.main(fake_sweep(tmp_path, 0.79, 0.66, [])) == 0
-    assert "6 complete runs, every check passed" in capsys.readouterr().out
+    assert "7 complete runs, every check passed" in capsys.readouterr().out
 
 
 def test_each_failed_check_is_one_line_naming_the_run(tmp_path, capsys):
