@@ -4,8 +4,8 @@
 
 Fails (exit 1, one line per problem) when a vanilla SST-2 fine-tuning run is below 0.75 dev accuracy, the multitask
 baseline's (SSA off) SST-2 head is not above the majority class of the sentences it was scored on or its STS-B
-Pearson is below 0.5, any run's metrics.json carries a warning (a constant guess, a tagger that tags nothing), or a paper notebook
-(01 to 05) left no row in the results table. CI runs it after `make demo`.
+Pearson is below 0.5, any run's metrics.json carries a warning (a constant guess, a tagger that tags nothing), or
+a paper notebook (01 to 05) left no row in the results table. CI runs it after `make demo`.
 """
 import csv
 import json
