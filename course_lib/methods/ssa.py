@@ -63,9 +63,8 @@ class TokenHead(nn.Module):
         self.dense = nn.Linear(hidden_size, hidden_size)
         self.norm = nn.LayerNorm(hidden_size, eps=eps)
         self.shared = shared
-        self.weight = nn.Parameter(HEAD_INITS[init](self.dense, 1 if shared else max_len))  # (n, 2, d)
-        if shared:
-            self.weight = nn.Parameter(self.weight.data[0])  # (2, d)
+        weight = HEAD_INITS[init](self.dense, 1 if shared else max_len)  # (n, 2, d)
+        self.weight = nn.Parameter(weight[0] if shared else weight)  # (2, d) or (L_max, 2, d)
         self.bias = nn.Parameter(torch.zeros(2))
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
