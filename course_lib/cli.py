@@ -33,22 +33,43 @@ def _option_help(doc: str, choices: tuple[str, ...]) -> str:
     return doc.replace("%", "%%")
 
 
+def _add_field(parser, config_cls, f, hints: dict, docs: dict, choices: dict, given_only: bool = False) -> None:
+    """One option for one field, its help read from the field's comment, with its choices and default.
+    given_only: absent from the parsed options unless given (a method's options: from_dict refuses another
+    method's, so only what the command line names may reach it)."""
+    kinds = [t for t in (typing.get_args(hints[f.name]) or (hints[f.name],)) if t is not type(None)]
+    flag = "--" + f.name.replace("_", "-")
+    text = _option_help(docs.get(f.name, ""), choices.get(f.name, ()))
+    default = argparse.SUPPRESS if given_only else f.default
+    if given_only:
+        text += f" (default: {f.default})"
+    if kinds == [bool]:
+        parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=text)
+    else:
+        parser.add_argument(flag, dest=f.name, type=kinds[0], default=default, help=text,
+                            metavar=kinds[0].__name__.upper())
+
+
 def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
-    """One option per config field, its help read from the field's comment, with its choices and default."""
-    hints = typing.get_type_hints(config_cls)
-    docs, choices = field_docs(config_cls), field_choices(config_cls)
-    if config_cls is FinetuneConfig:  # the methods live in their registry, not in the config
-        choices = {**choices, "method": tuple(METHODS)}
+    """One option per config field; a nested options class's fields in a group of their own (a method's
+    options under its name), each option once however many methods read it."""
+    hints, docs, choices = typing.get_type_hints(config_cls), field_docs(config_cls), field_choices(config_cls)
+    holders = {*config_cls.nested({}), "carried"}
     for f in dataclasses.fields(config_cls):
-        kinds = [t for t in (typing.get_args(hints[f.name]) or (hints[f.name],)) if t is not type(None)]
-        flag = "--" + f.name.replace("_", "-")
-        text = _option_help(docs.get(f.name, ""), choices.get(f.name, ()))
-        if kinds == [bool]:
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default,
-                                help=text)
-        else:
-            parser.add_argument(flag, dest=f.name, type=kinds[0], default=f.default, help=text,
-                                metavar=kinds[0].__name__.upper())
+        if f.name not in holders:
+            _add_field(parser, config_cls, f, hints, docs, choices)
+    groups: dict[tuple, list] = {}  # the methods that read an option: its options, in declaration order
+    for options in config_cls.option_classes():
+        for f in dataclasses.fields(options):
+            readers = tuple(m.name for m in METHODS.values() if f.name in m.options.__dataclass_fields__)
+            title = f"options of {', '.join(readers)}" if config_cls is FinetuneConfig else options.__doc__.rstrip(".")
+            if all(f.name != seen.name for fs in groups.values() for seen, _ in fs):
+                groups.setdefault(title, []).append((f, options))
+    for title, members in groups.items():
+        group = parser.add_argument_group(title)
+        for f, options in members:
+            _add_field(group, options, f, typing.get_type_hints(options), field_docs(options),
+                       field_choices(options), given_only=config_cls is FinetuneConfig)
 
 
 def _epilog() -> str:

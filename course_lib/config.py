@@ -3,12 +3,18 @@
 The same fields serve the CLI, notebook parameters and YAML files: `from_dict` rejects unknown keys and
 wrong types with a `UsageError` that names the bad key and the valid ones (papermill checks neither);
 `first_difference` tells whether a saved run was made with the same settings.
+
+A run config may hold another config as one of its fields: a method's options (`ASAOptions`, in the method's
+module) inside a fine-tuning run's config. Such a field is nested in Python (`cfg.options.asa_tau`) and flat
+everywhere else: `from_dict` takes its keys beside the run's own, `to_dict` writes them there, so the command
+line, YAML grids, notebook parameters and `metrics.json` name each option once, as `asa_tau`.
 """
 from __future__ import annotations
 
 import dataclasses
 import types
 import typing
+from typing import ClassVar
 
 from course_lib.errors import UsageError
 
@@ -31,7 +37,15 @@ def _check_type(cls_name: str, name: str, value, annotation) -> None:
 
 
 class Validated:
-    """Mixin: type checks on construction plus `from_dict` that refuses unknown keys."""
+    """Mixin: type checks on construction plus `from_dict` that refuses unknown keys.
+
+    choices: {field: its valid names}, checked on construction and listed by --help.
+    saved_before: {field: value} for a field added after runs were archived: what those runs did, so a saved
+    config without the field reads as that value (first_difference), not as today's default.
+    """
+
+    choices: ClassVar[dict[str, tuple]] = {}
+    saved_before: ClassVar[dict] = {}
 
     def __post_init__(self):
         hints = typing.get_type_hints(type(self))
@@ -39,18 +53,68 @@ class Validated:
             _check_type(type(self).__name__, f.name, getattr(self, f.name), hints[f.name])
             if hints[f.name] is float and isinstance(getattr(self, f.name), int):
                 setattr(self, f.name, float(getattr(self, f.name)))
+        for name, valid in self.choices.items():
+            if getattr(self, name) not in valid:
+                raise UsageError(f"unknown {name} {getattr(self, name)!r} (valid: {', '.join(map(str, valid))})")
         self.validate()
 
     def validate(self) -> None:
         """Range checks beyond types; subclasses override."""
 
     @classmethod
-    def from_dict(cls, values: dict):
-        valid = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - valid)
+    def nested(cls, values: dict) -> dict[str, type]:
+        """{field: config class} of the fields that hold another config, flat in `values` (a fine-tuning run's
+        method options: which class depends on values["method"])."""
+        return {}
+
+    @classmethod
+    def option_classes(cls) -> list[type]:
+        """Every config class `nested` may pick, whatever the values (a fine-tuning run: every method's)."""
+        return []
+
+    @classmethod
+    def flat_hints(cls) -> dict:
+        """The type of every key the flat form may hold: the fields', and every nested class's fields'."""
+        hints = {}
+        for klass in (*cls.option_classes(), cls):
+            hints.update(typing.get_type_hints(klass))
+        return hints
+
+    @classmethod
+    def foreign(cls, values: dict) -> dict[str, str]:
+        """{key: who reads it} for the keys another choice would read (another method's options): refused by
+        from_dict, or dropped or carried when asked (`others`)."""
+        return {}
+
+    @classmethod
+    def from_dict(cls, values: dict, others: str = "refuse"):
+        """The config of flat `values`. others: what a key of another choice (`foreign`) does: refuse (one-line
+        error), drop (a saved run's file, a grid's shared base), or carry (kept in the config's `carried`, for
+        a notebook's grid base that hands them to its other methods' runs)."""
+        nested, foreign = cls.nested(values), cls.foreign(values)
+        own = [f.name for f in dataclasses.fields(cls) if f.name not in nested]
+        inner = {field: [f.name for f in dataclasses.fields(klass)] for field, klass in nested.items()}
+        mine = {*own, *(k for names in inner.values() for k in names)}
+        unknown = sorted(set(values) - mine - set(foreign))
         if unknown:
-            raise UsageError(f"unknown {cls.__name__} option {unknown[0]!r} (valid: {', '.join(sorted(valid))})")
-        return cls(**values)
+            raise UsageError(f"unknown {cls.__name__} option {unknown[0]!r} (valid: {', '.join(sorted(mine))})")
+        stray = sorted(set(values) - mine)
+        if stray and others == "refuse":
+            inner_names = ", ".join(k for names in inner.values() for k in names) or "none"
+            raise UsageError(f"option {stray[0]!r} belongs to {foreign[stray[0]]}, not to this run (its own "
+                             f"options: {inner_names})")
+        built = {field: klass.from_dict({k: values[k] for k in inner[field] if k in values})
+                 for field, klass in nested.items()}
+        carried = {"carried": {k: values[k] for k in stray}} if others == "carry" and stray else {}  # a field of
+        return cls(**{k: v for k, v in values.items() if k in own}, **built, **carried)  # the configs with `foreign`
+
+    @classmethod
+    def from_saved(cls, values: dict):
+        """A saved run's config (its metrics.json): a field it lacks is what the run did then (`saved_before`),
+        not today's default; a key of another choice (an option of a method the run did not use) is dropped."""
+        nested = cls.nested(values).values()
+        before = {**cls.saved_before, **{k: v for klass in nested for k, v in klass.saved_before.items()}}
+        return cls.from_dict({**before, **values}, others="drop")
 
     @classmethod
     def from_params(cls, params, **overrides):
@@ -59,23 +123,44 @@ class Validated:
 
         Why: the parameters cell, the preset files and these dataclasses share field names, so a config cell
         takes the parameters by name instead of restating them (a restated list drifts when a field is added).
-        Parameters that are no field (`preset`, `seeds`) are the notebook's own; `output_dir` is taken, and a
+        Parameters that are no field (`preset`, `seeds`) are the notebook's own; another method's options are
+        carried for the grid's runs of that method (`carried`); `output_dir` is taken, and a
         grid of runs puts its run folders under it. The cells' literal conventions are read here, once: "" is
         None where the field takes None (`model = ""`: the packaged model), and a list is a comma list where
         the field is a string (`tasks = ["sst2", "rte"]`: "sst2,rte").
         """
         values = params if isinstance(params, dict) else vars(params)
-        names, hints = {f.name for f in dataclasses.fields(cls)}, typing.get_type_hints(cls)
+        hints = cls.flat_hints()
+        holders = {*cls.nested({}), *(f.name for f in dataclasses.fields(cls) if not f.metadata.get("saved", True))}
+        names = set(hints) - holders
         chosen = {**{k: v for k, v in values.items() if k in names}, **overrides}  # unknown overrides: from_dict
-        return cls.from_dict({k: _notebook_literal(v, hints[k]) if k in names else v for k, v in chosen.items()})
+        return cls.from_dict({k: _notebook_literal(v, hints[k]) if k in names else v for k, v in chosen.items()},
+                             others="carry")
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The flat form: a nested config's fields in place of the field that holds it; `carried` left out."""
+        values = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Validated):
+                values.update(value.to_dict())
+            elif f.metadata.get("saved", True):
+                values[f.name] = value
+        return values
 
     def defaults(self) -> dict:
         """Each field's value when not given, as this config resolves it; what a field missing from a run saved
-        before the field existed counts as. Subclasses whose defaults depend on a field override this."""
-        return type(self)().to_dict()
+        before the field existed counts as (`saved_before`, its nested configs' too)."""
+        values = self.unset().to_dict()
+        for f in dataclasses.fields(self):
+            if isinstance(getattr(self, f.name), Validated):
+                values.update(getattr(self, f.name).saved_before)
+        return {**values, **self.saved_before}
+
+    def unset(self) -> "Validated":
+        """This config with every field left at its default; subclasses keep the fields that decide what the
+        others default to (a fine-tuning run's task and method)."""
+        return type(self)()
 
 
 def first_difference(saved: dict, config) -> str | None:

@@ -88,22 +88,23 @@ def test_fp16_passes_with_a_gpu_and_bf16_without(monkeypatch):
 # Range errors name the one field that is wrong
 
 
-@pytest.mark.parametrize("cls, field, value, rule", [
-    (FinetuneConfig, "save_every", -1, ">= 0"),
-    (FinetuneConfig, "weight_decay", -0.1, ">= 0"),
-    (FinetuneConfig, "max_grad_norm", -1.0, ">= 0"),
-    (FinetuneConfig, "asa_tau", -0.5, ">= 0"),
-    (FinetuneConfig, "bernoulli_p", 1.0, "in [0, 1)"),
-    (FinetuneConfig, "ssa_target_weight", 1.5, "in [0, 1]"),
-    (FinetuneConfig, "ssa_cls_weight", -0.5, "in [0, 1]"),
-    (MultitaskConfig, "save_every", -2, ">= 0"),
-    (MultitaskConfig, "schedule_alpha_end", 1.5, "in [0, 1]"),
-    (MultitaskConfig, "ssa_target_weight", -0.1, "in [0, 1]"),
+@pytest.mark.parametrize("cls, field, value, rule, owner", [
+    (FinetuneConfig, "save_every", -1, ">= 0", None),
+    (FinetuneConfig, "weight_decay", -0.1, ">= 0", None),
+    (FinetuneConfig, "max_grad_norm", -1.0, ">= 0", None),
+    (FinetuneConfig, "asa_tau", -0.5, ">= 0", ("asa", "ASAOptions")),  # a method's option: its options class
+    (FinetuneConfig, "bernoulli_p", 1.0, "in [0, 1)", ("bernoulli-mask", "BernoulliOptions")),
+    (FinetuneConfig, "ssa_target_weight", 1.5, "in [0, 1]", ("ssa-co", "SSAOptions")),
+    (FinetuneConfig, "ssa_cls_weight", -0.5, "in [0, 1]", ("ssa-hybrid", "SSAHybridOptions")),
+    (MultitaskConfig, "save_every", -2, ">= 0", None),
+    (MultitaskConfig, "schedule_alpha_end", 1.5, "in [0, 1]", None),
+    (MultitaskConfig, "ssa_target_weight", -0.1, "in [0, 1]", (None, "SSAOptions")),
 ])
-def test_range_error_names_the_bad_field_and_its_value(cls, field, value, rule):
+def test_range_error_names_the_bad_field_and_its_value(cls, field, value, rule, owner):
+    method, name = owner or (None, cls.__name__)
     with pytest.raises(UsageError) as err:
-        cls.from_dict({field: value})
-    assert str(err.value) == f"{cls.__name__}.{field} must be {rule}, got {value!r}"
+        cls.from_dict({field: value, **({"method": method} if method else {})})
+    assert str(err.value) == f"{name}.{field} must be {rule}, got {value!r}"
 
 
 def test_save_every_minus_one_on_the_command_line(capsys):
@@ -125,7 +126,8 @@ def help_text(argv, capsys, monkeypatch) -> str:
 
 def option_help(text: str) -> dict[str, str]:
     """Each option's entry of the help, on one line, by its first flag (a long flag's text starts below it)."""
-    entries = re.split(r"\n  (?=-)", "\n" + text.split("\noptions:", 1)[1])[1:]  # each starts with its flags
+    body = "\n".join(line for line in text.split("\noptions:", 1)[1].splitlines() if line.startswith(" "))
+    entries = re.split(r"\n  (?=-)", "\n" + body)[1:]  # each starts with its flags; group titles left out
     return {entry.split()[0].rstrip(","): " ".join(entry.split()) for entry in entries}
 
 
@@ -149,9 +151,12 @@ def test_the_shared_fields_are_documented_once_and_keep_each_commands_defaults()
 def test_help_gives_each_options_description_and_default(command, capsys, monkeypatch):
     entries = option_help(help_text([command, "--help"], capsys, monkeypatch))
     cls = CONFIGS[command]
-    for f in dataclasses.fields(cls):
-        entry = entries["--" + f.name.replace("_", "-")]
-        assert field_docs(cls)[f.name] in entry and entry.endswith(f"(default: {f.default})"), entry
+    holders = {*cls.nested({}), "carried"}  # a field that holds a method's options: its fields are the flags
+    for owner in (cls, *cls.option_classes()):
+        for f in dataclasses.fields(owner):
+            if f.name not in holders:
+                entry = entries["--" + f.name.replace("_", "-")]
+                assert field_docs(owner)[f.name] in entry and entry.endswith(f"(default: {f.default})"), entry
 
 
 def test_help_lists_the_valid_names(capsys, monkeypatch):

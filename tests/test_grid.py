@@ -67,13 +67,12 @@ def test_a_variant_adds_runs_for_its_methods_and_each_run_keeps_only_its_own_opt
         [("sst2", "ssa-co", 3, "paper labels")]
     variant = by_key["sst2", "ssa-co", 3, "paper labels"]
     assert variant.name == "task=sst2,method=ssa-co,ssa_label_mode=paper,seed=3"
-    assert variant.key.name == "ssa-co, paper labels" and variant.config.ssa_label_mode == "paper"
+    assert variant.key.name == "ssa-co, paper labels" and variant.config.options.ssa_label_mode == "paper"
     vanilla, hybrid = by_key["sst2", "vanilla", 3, ""].config, by_key["sst2", "ssa-hybrid", 3, ""].config
-    defaults = FinetuneConfig()
-    assert (vanilla.ssa_threshold, vanilla.asa_tau, vanilla.ssa_share_weight) == \
-        (defaults.ssa_threshold, defaults.asa_tau, True)  # options of other methods: their defaults
-    assert (hybrid.ssa_threshold, hybrid.ssa_share_weight, hybrid.asa_tau) == (0.5, False, defaults.asa_tau)
-    assert by_key["sst2", "ssa-co", 3, ""].config.ssa_threshold == defaults.ssa_threshold  # ssa-co never reads it
+    assert not {"ssa_threshold", "asa_tau", "ssa_share_weight"} & set(vanilla.to_dict())  # not vanilla's options
+    assert (hybrid.options.ssa_threshold, hybrid.options.ssa_share_weight) == (0.5, False)
+    assert "asa_tau" not in hybrid.to_dict()
+    assert "ssa_threshold" not in by_key["sst2", "ssa-co", 3, ""].config.to_dict()  # ssa-co never reads it
 
 
 def test_multitask_and_pretraining_grids_name_what_their_configs_have(tmp_path):

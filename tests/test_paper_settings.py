@@ -27,7 +27,7 @@ def off_paper(method: str, task: str, value) -> str | None:
 @pytest.mark.parametrize("name", FINETUNE_GRIDS)
 def test_every_grid_runs_the_papers_value_per_task(name, tmp_path):
     runs = load_grid(ROOT / "ci" / "grids" / name, tmp_path)
-    wrong = [off_paper(r.config.method, r.config.task, getattr(r.config, PAPER_VALUE[r.config.method][0]))
+    wrong = [off_paper(r.config.method, r.config.task, getattr(r.config.options, PAPER_VALUE[r.config.method][0]))
              for r in runs if r.config.method in PAPER_VALUE]
     assert [w for w in wrong if w] == []
 

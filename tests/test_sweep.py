@@ -16,6 +16,7 @@ import yaml
 from course_lib.experiments import collect
 from course_lib.experiments import sweep
 from course_lib.cli import build_parser
+from course_lib.methods.asa import ASAOptions
 from course_lib.training.config import FinetuneConfig
 from course_lib.config import first_difference
 from course_lib.experiments.notebooks import NotebookRun
@@ -207,12 +208,12 @@ def test_a_methods_own_option_in_task_overrides_leaves_the_other_methods_runs_as
     grid.write_text("command: finetune\nbase: {epochs: 1}\ngrid: {task: [wnut17, sst2], method: [vanilla, asa]}\n"
                     "task_overrides:\n  wnut17: {asa_tau: 0.5, lr: 3.0e-5}\n")
     configs = {r.name: r.config for r in sweep.load_grid(grid, tmp_path / "runs")}
-    default = FinetuneConfig().asa_tau
+    default = ASAOptions().asa_tau
     assert default != 0.5
-    assert configs["task=wnut17,method=asa"].asa_tau == 0.5
+    assert configs["task=wnut17,method=asa"].options.asa_tau == 0.5
     vanilla = configs["task=wnut17,method=vanilla"]
-    assert (vanilla.asa_tau, vanilla.lr) == (default, 3e-5)  # the shared recipe still applies
-    assert configs["task=sst2,method=asa"].asa_tau == default
+    assert "asa_tau" not in vanilla.to_dict() and vanilla.lr == 3e-5  # the shared recipe still applies
+    assert configs["task=sst2,method=asa"].options.asa_tau == default
 
 
 def test_the_demo_grid_points_notebook_06_at_the_demos_own_runs(tmp_path):

@@ -295,9 +295,9 @@ def toy_files(tmp_path_factory):
 
 
 def toy_config(files, model, out, **overrides) -> FinetuneConfig:
-    return FinetuneConfig(task="custom", task_type="tagging", model=str(model), train_file=str(files[0]),
-                          validation_file=str(files[1]), epochs=1, max_len=32, batch_size=8, lr=1e-3,
-                          output_dir=str(out), **overrides)
+    return FinetuneConfig.from_dict(dict(task="custom", task_type="tagging", model=str(model), train_file=str(files[0]),
+                                         validation_file=str(files[1]), epochs=1, max_len=32, batch_size=8, lr=1e-3,
+                                         output_dir=str(out), **overrides))
 
 
 @pytest.mark.parametrize("method, options", [("vanilla", {}), ("asa", {}), ("bernoulli-mask", {}), ("ssaf", {}),

@@ -284,7 +284,9 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
     cfg, model, optimizer, tokenizer = contestants["ssa-hybrid"]
     steps.clear()  # the other models' memory back before the epoch-long measurement
     contestants.clear()
-    ssa = [_ssa_label_share(dataclasses.replace(cfg, ssa_probe_bf16=bf16), model, optimizer, tokenizer,
+    probing = {bf16: dataclasses.replace(cfg, options=dataclasses.replace(cfg.options, ssa_probe_bf16=bf16))
+               for bf16 in (False, True)}
+    ssa = [_ssa_label_share(probing[bf16], model, optimizer, tokenizer,
                             lines[:epoch_examples], epoch, epoch_repeats, accelerator)
            for bf16 in (False, True) for epoch in ssa_epochs]
     return {"batch_size": batch_size, "seq_len": seq_len, "threads": torch.get_num_threads(),
@@ -403,11 +405,11 @@ def _ssa_label_share(cfg, model, optimizer, tokenizer, lines: list[str], epoch: 
     share = ratio_summary(times["labels"], times["train"])
     stats = state[next(reversed(state))][1]
     agreement = None
-    if cfg.ssa_probe_bf16:  # how often a bf16 probe's class is the fp32 one's, on the epoch's originals
+    if cfg.options.ssa_probe_bf16:  # how often a bf16 probe's class is the fp32 one's, on the epoch's originals
         with torch.autocast(accelerator.device.type, torch.bfloat16):
             bf16 = predict(model, train, cfg.eval_batch_size, accelerator, tokenizer.pad_token_id, task).long()
         agreement = round((bf16 == torch.tensor(own)).double().mean().item(), 4)
-    return {"epoch": epoch + 1, "probe": "bf16" if cfg.ssa_probe_bf16 else "fp32", "examples": len(train),
+    return {"epoch": epoch + 1, "probe": "bf16" if cfg.options.ssa_probe_bf16 else "fp32", "examples": len(train),
             "bf16_agrees_with_fp32": agreement, "aug_ratio": stats["aug_ratio"],
             "forward_passes": stats.get("originals", len(train)) + stats["probes"], "probes": stats["probes"],
             "labelled": stats["labelled"], "mean_tokens": round(statistics.mean(len(f["input_ids"]) for f in train), 1),

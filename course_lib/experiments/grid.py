@@ -15,9 +15,9 @@ and `course_lib.experiments.collect` tabulates both. Every run is validated befo
 runs as `finetune`, `train_multitask` or `pretrain` (by the base config's class) runs on its own: a finished
 folder is read back, not trained again, and an interrupted one resumes from its checkpoint.
 
-A fine-tuning run keeps only its own method's options (`Method.fields` in the method registry); the other
-methods' options go back to their defaults. A vanilla run is then the same run in every notebook and grid,
-and collect counts it once.
+A fine-tuning run keeps only its own method's options (its registry entry's `options` class); the other
+methods' options, which the base carries from the notebook's parameters (`carried`), are left out. A vanilla
+run is then the same run in every notebook and grid, and collect counts it once.
 """
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 from course_lib.errors import UsageError
-from course_lib.methods.registry import own_options_only
 from course_lib.config import Validated
 from course_lib.repro import progress
 from course_lib.experiments.sweep import run_name
@@ -101,12 +100,10 @@ def _grid_run(base: Validated, parent: Path, key: RunKey, fields: dict, task_ove
     own = {f.name for f in dataclasses.fields(base)}
     axes = {field: value for field, value in zip(AXES, key) if field in own}
     name = run_name({**{k: v for k, v in axes.items() if k != "seed"}, **fields, "seed": key.seed})
-    values = {**base.to_dict(), **task_overrides.get(key.task, {}), **fields, **axes,
-              "output_dir": str(parent / name)}
-    if isinstance(base, FinetuneConfig):
-        values = own_options_only(values, base.defaults())
+    values = {**base.to_dict(), **getattr(base, "carried", {}), **task_overrides.get(key.task, {}), **fields,
+              **axes, "output_dir": str(parent / name)}
     try:
-        return GridRun(key, name, type(base).from_dict(values))
+        return GridRun(key, name, type(base).from_dict(values, others="drop"))
     except UsageError as err:
         raise UsageError(f"grid run {name}: {err}") from None
 

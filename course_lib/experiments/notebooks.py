@@ -147,8 +147,10 @@ class NotebookRun:
     parameters: dict = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def from_dict(cls, values: dict) -> "NotebookRun":
-        """Grid keys are the run's own (notebook, preset, kernel) or the notebook's parameters, checked here."""
+    def from_dict(cls, values: dict, others: str = "refuse") -> "NotebookRun":
+        """Grid keys are the run's own (notebook, preset, kernel) or the notebook's parameters, checked here (a
+        notebook reads every parameter, so `others`, which a fine-tuning config's from_dict takes, changes
+        nothing)."""
         if "notebook" not in values:
             raise UsageError(f"a notebook run needs a notebook (valid: {', '.join(notebook_names())})")
         own = {k: v for k, v in values.items() if k in RUN_KEYS}

@@ -24,7 +24,19 @@ def lower_is_better(metric: str) -> bool:
 
 
 def _defaults(config_class) -> dict:
-    return {f.name: f.default for f in dataclasses.fields(config_class)}
+    """Each flat key's declared default: the config's fields and those of every options class it may nest."""
+    holders = {*config_class.nested({}), "carried"}
+    values: dict = {}
+    for klass in (config_class, *config_class.option_classes()):
+        for f in dataclasses.fields(klass):
+            if f.name not in holders:
+                values.setdefault(f.name, f.default)
+    return values
+
+
+def _option_names(config_class) -> tuple[str, ...]:
+    """The flat keys that belong to a nested options class (a method's options)."""
+    return tuple(dict.fromkeys(f.name for klass in config_class.option_classes() for f in dataclasses.fields(klass)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,9 +49,10 @@ class RunKind:
     method: Callable[[dict], str]  # config -> the method a run stands for
     tasks: Callable[[dict], list[dict]]  # metrics.json -> [{"task", "metrics", "main_metric"}]
     looks_like: Callable[[dict], bool]  # recognises a metrics.json written before `kind` existed
+    option_fields: tuple[str, ...] = ()  # the methods' own options (their registry entries' options classes)
 
     def is_method_field(self, name: str) -> bool:
-        return name in self.method_fields or name.startswith(METHOD_PREFIXES)
+        return name in self.method_fields or name in self.option_fields or name.startswith(METHOD_PREFIXES)
 
 
 KINDS: dict[str, RunKind] = {}
@@ -108,6 +121,7 @@ def _pretrain_tasks(result: dict) -> list[dict]:
 register_kind(RunKind(
     "finetune", "Fine-tuning", _defaults(FinetuneConfig), "vanilla", ("method",),
     method=lambda config: config.get("method", "vanilla"), tasks=_finetune_tasks,
+    option_fields=_option_names(FinetuneConfig),
     looks_like=lambda result: isinstance(result.get("config"), dict) and "task" in result))
 register_kind(RunKind(
     "multitask", "Multitask (one encoder, a head per task)", _defaults(MultitaskConfig), "vanilla", ("ssa",),

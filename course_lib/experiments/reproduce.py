@@ -96,7 +96,7 @@ def _dev_examples(config: dict) -> list:
     from course_lib.training.config import FinetuneConfig
     from course_lib.training.finetune import dev_examples
 
-    cfg = FinetuneConfig.from_dict(config)
+    cfg = FinetuneConfig.from_saved(config)
     task = run_task(cfg)
     return dev_examples(cfg, task, task.dev_splits[0])
 

@@ -55,7 +55,6 @@ import yaml
 from course_lib.experiments.collect import write_results
 from course_lib.training.config import FinetuneConfig
 from course_lib.errors import Parser, UsageError, report_errors, yaml_float_hint
-from course_lib.methods.registry import own_options_only
 from course_lib.experiments.notebooks import NotebookRun
 from course_lib.repro import (METRICS, atomic_write, check_writable_dir, lock_exclusive, progress,
                               remove_stale_temporaries, write_json)
@@ -84,10 +83,11 @@ class Run:
         if isinstance(self.config, NotebookRun):
             return self.config.command_line()
         args = [sys.executable, "-m", "course_lib", "finetune"]
-        for f in dataclasses.fields(self.config):
-            value = getattr(self.config, f.name)
-            flag = "--" + f.name.replace("_", "-")
-            if value == f.default:
+        fields = [*dataclasses.fields(self.config), *dataclasses.fields(self.config.options)]
+        defaults = {f.name: f.default for f in fields}
+        for name, value in self.config.to_dict().items():
+            flag = "--" + name.replace("_", "-")
+            if value == defaults[name]:
                 continue
             if isinstance(value, bool):
                 args.append(flag if value else "--no-" + flag[2:])
@@ -100,18 +100,15 @@ class Run:
 # The grid file
 
 
-def _config(path: Path, where: str, values: dict, kind=FinetuneConfig):
+def _config(path: Path, where: str, values: dict, kind=FinetuneConfig, others: str = "drop"):
     """kind.from_dict, which checks types and ranges, with the file and the key in its errors; a fine-tuning run
-    keeps only its own method's options (the others at their defaults), so its folder's config is the same
-    whichever methods the grid also runs."""
+    keeps only its own method's options (the others' are dropped), so its folder's config is the same whichever
+    methods the grid also runs."""
     try:
-        cfg = kind.from_dict(values)
-        if isinstance(cfg, FinetuneConfig):  # the registry, not the config, knows the methods and their options
-            cfg = FinetuneConfig.from_dict(own_options_only(cfg.to_dict(), cfg.defaults()))
-        return cfg
+        return kind.from_dict(values, others=others)
     except UsageError as err:
         message = f"{path}: {where}: {err}"
-        hints = typing.get_type_hints(kind)
+        hints = kind.flat_hints()
         for key, value in values.items():  # 5e-5 is text to YAML 1.1: say how to write the float
             if f".{key} must be" in str(err) and float in (typing.get_args(hints[key]) or (hints[key],)):
                 message += yaml_float_hint(value)
@@ -167,7 +164,7 @@ def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
         raise UsageError(f"{path}: grid must be a mapping of {kind.__name__} fields to lists of values, "
                          f"got {grid!r}")
 
-    fields = sorted(f.name for f in dataclasses.fields(FinetuneConfig) if f.name != "output_dir")
+    fields = sorted(set(FinetuneConfig.flat_hints()) - {"output_dir", "options", "carried"})
     for section, keys in (("base", base), ("grid", grid)):
         for key in keys:
             if key == "output_dir":
@@ -179,7 +176,7 @@ def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
         if key in base:
             raise UsageError(f"{path}: {key!r} is in both base and grid; keep it in one")
     if kind is FinetuneConfig:
-        _config(path, "base", base)
+        _config(path, "base", base, others="carry")  # every method's options checked now, whichever runs them
     overrides = _task_overrides(path, raw, kind, grid)
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
@@ -238,8 +235,7 @@ def _task_overrides(path: Path, raw: dict, kind, grid: dict) -> dict:
     per_run = sorted({"output_dir", "task" if kind is FinetuneConfig else "notebook", *grid})
     for key, values in overrides.items():
         fixed = sorted(set(values) & set(per_run))
-        unknown = sorted(set(values) - {f.name for f in dataclasses.fields(FinetuneConfig)}) \
-            if kind is FinetuneConfig else []
+        unknown = sorted(set(values) - set(FinetuneConfig.flat_hints())) if kind is FinetuneConfig else []
         if fixed or unknown:
             raise UsageError(f"{path}: {name}.{key}.{(fixed or unknown)[0]} is not a field it may set "
                              f"(the grid sets {', '.join(per_run)} per run)")

@@ -13,11 +13,13 @@ step (`asa_noise="none"`; `"logistic"` samples a binary Concrete instead); the p
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course_lib.config import Validated, fraction, non_negative
 from course_lib.model.attention import ScoreCut, at_least_fp32
 from course_lib.model.heads import (IGNORE_INDEX, ClassifierOutput, MultipleChoiceHead, SequenceClassifier,
                                     SpanHead, TokenClassifier)
@@ -76,6 +78,9 @@ class _StraightThroughStep(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         s = torch.sigmoid(x)
         return grad * s * (1 - s)
+
+
+NOISES = ("none", "logistic")  # binarize's noise: the authors' deterministic step, or a binary Concrete sample
 
 
 def binarize(x: torch.Tensor, noise: str = "none") -> torch.Tensor:
@@ -247,7 +252,7 @@ class ASAClassifier(AdversarialSelfAttention, SequenceClassifier):
 
     @classmethod
     def family_options(cls, cfg) -> dict:
-        return {"regression_divergence": cfg.asa_regression_divergence}
+        return {"regression_divergence": cfg.options.asa_regression_divergence}
 
     def divergence(self, clean: torch.Tensor, adversarial: torch.Tensor, labels=None) -> torch.Tensor:
         """Symmetric KL of the class distributions; a regressor's predictions as `regression_divergence` says."""
@@ -292,7 +297,7 @@ class ASATokenClassifier(AdversarialSelfAttention, TokenClassifier):
 
     @classmethod
     def family_options(cls, cfg) -> dict:
-        return {"tagging_divergence": cfg.asa_tagging_divergence}
+        return {"tagging_divergence": cfg.options.asa_tagging_divergence}
 
     def divergence(self, clean: torch.Tensor, adversarial: torch.Tensor, labels=None) -> torch.Tensor:
         return self.reduce_divergence(clean, adversarial, labels)
@@ -314,10 +319,9 @@ ASA_MODELS = {SENTENCE: ASAClassifier, SPAN_QA: ASASpanHead, TAGGING: ASATokenCl
               MULTIPLE_CHOICE: ASAMultipleChoice}  # the task families ASA applies to, and how
 
 
-def _build(cfg, encoder, num_labels: int, mode: str):
-    options = dict(mode=mode, asa_tau=cfg.asa_tau, asa_noise=cfg.asa_noise, bernoulli_p=cfg.bernoulli_p,
-                   cut_row=cfg.asa_cut_row)
-    return ASA_MODELS[run_family(cfg)].from_config(cfg, encoder, num_labels, **options)
+def _build(cfg, encoder, num_labels: int, mode: str, **mode_options):
+    return ASA_MODELS[run_family(cfg)].from_config(cfg, encoder, num_labels, mode=mode,
+                                                   cut_row=cfg.options.asa_cut_row, **mode_options)
 
 
 # Which parameters the gradient clip covers in an ASA run (`asa_clip_scope`). The authors' scripts never clip
@@ -328,9 +332,52 @@ def _build(cfg, encoder, num_labels: int, mode: str):
 CLIP_SCOPES = ("learner", "all")
 
 
+@dataclass
+class TwoPassOptions(Validated):
+    """What ASA and its Bernoulli baseline share: how the two passes' outputs are compared, and what a fully cut
+    row does."""
+
+    asa_tagging_divergence: str = "window-sum"  # on tagging: window-sum = the authors' code (each token's
+    #   divergence summed over the window, padding included); word-mean = averaged over the scored words
+    asa_regression_divergence: str = "batch-softmax"  # on a regression task (STS-B): batch-softmax = the authors'
+    #   code (a softmax of the scores across the batch, symmetric KL); squared = the squared difference
+    asa_cut_row: str = "uniform"  # a row whose real keys are all cut becomes uniform over every position, padding
+    #   included (uniform, the authors' code) or keeps its clean attention (clean)
+
+    choices = {"asa_tagging_divergence": tuple(TAGGING_DIVERGENCES),
+               "asa_regression_divergence": tuple(REGRESSION_DIVERGENCES), "asa_cut_row": tuple(CUT_ROWS)}
+    saved_before = {"asa_regression_divergence": "squared", "asa_cut_row": "clean"}
+
+
+@dataclass
+class ASAOptions(TwoPassOptions):
+    """`--method asa`'s options (Wu et al. 2023)."""
+
+    asa_tau: float = 0.3  # keep-count penalty weight, applied as tau^2 (Wu et al. 2023, Table 5: 0.3)
+    asa_noise: str = "none"  # none = the authors' deterministic step; logistic = binary Concrete sample
+    asa_clip_scope: str = "learner"  # which parameters the gradient clip covers: learner = encoder and head, as
+    #   vanilla's; all = the adversaries too (this project's ASA runs before 2026-11-26)
+
+    choices = {**TwoPassOptions.choices, "asa_noise": NOISES, "asa_clip_scope": CLIP_SCOPES}
+    saved_before = {**TwoPassOptions.saved_before, "asa_clip_scope": "all"}
+
+    def validate(self) -> None:
+        non_negative(self, "asa_tau")
+
+
+@dataclass
+class BernoulliOptions(TwoPassOptions):
+    """`--method bernoulli-mask`'s options: ASA's loss with random masks (Wu et al. 2023, Table 3)."""
+
+    bernoulli_p: float = 0.1  # probability of cutting each attention unit (paper: 0.05, 0.1)
+
+    def validate(self) -> None:
+        fraction(self, "bernoulli_p")
+
+
 def clipped_parameters(cfg, model) -> list | None:
     """The method registry's clip scope for `asa`: every parameter but the adversaries' (or None: all)."""
-    if cfg.asa_clip_scope == "all":
+    if cfg.options.asa_clip_scope == "all":
         return None
     adversaries = {id(p) for p in model.adversaries.parameters()}
     return [p for p in model.parameters() if id(p) not in adversaries]
@@ -338,9 +385,9 @@ def clipped_parameters(cfg, model) -> list | None:
 
 def build_asa(cfg, encoder, num_labels: int, tokenizer):
     """The method registry's task model for `asa` (`course_lib.methods.registry`), for the run's task family."""
-    return _build(cfg, encoder, num_labels, "asa")
+    return _build(cfg, encoder, num_labels, "asa", asa_tau=cfg.options.asa_tau, asa_noise=cfg.options.asa_noise)
 
 
 def build_bernoulli_mask(cfg, encoder, num_labels: int, tokenizer):
     """The method registry's task model for `bernoulli-mask`: ASA's two-pass loss with random masks."""
-    return _build(cfg, encoder, num_labels, "bernoulli")
+    return _build(cfg, encoder, num_labels, "bernoulli", bernoulli_p=cfg.options.bernoulli_p)

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course_lib.config import Validated, fraction, unit_interval
 from course_lib.tasks.glue import special_token_ids
 from course_lib.model.heads import ClassifierOutput, SequenceClassifier
 
@@ -313,17 +315,60 @@ def bert_mask_epoch_features(features: list[dict], epoch: int, seed: int, specia
 # ----------------------------------------------------------------------------------------------
 # The method registry's hooks (course_lib.methods.registry): ssa-co, ssa-hybrid and bert-mask
 
-SAVED_BEFORE = {"ssa_sampler": "rounded", "ssa_head_init": "torch"}  # what SSA runs saved before these options did
-SSA_FIELDS = ("ssa_target_weight", "ssa_label_mode", "ssa_share_weight", "ssa_first_epoch_loss", "ssa_probe_bf16",
-              "ssa_sampler", "ssa_head_init")
+LABEL_MODES = ("code", "paper")  # whose token labels: the authors' code's or the paper's
+
+
+@dataclass
+class SamplerOptions(Validated):
+    """`--method bert-mask`'s option, the sampler of the masked copies; SSA's probes use it too."""
+
+    ssa_sampler: str = "authors"  # authors = the authors' masking sampler (float quartiles, so short segments
+    #   are masked less; probes that mask nothing kept as all-ones copies); rounded = ours before
+
+    choices = {"ssa_sampler": tuple(SAMPLERS)}
+    saved_before = {"ssa_sampler": "rounded"}  # what runs saved before the option did
+
+
+@dataclass
+class SSAOptions(SamplerOptions):
+    """`--method ssa-co`'s options (Kou et al. 2020), also a multitask run's for its SSA tasks."""
+
+    ssa_target_weight: float = 0.7  # alpha, loss = alpha L_target + (1 - alpha) L_SSA (Kou et al. 2020)
+    ssa_label_mode: str = "code"  # code = the authors' labels (default); paper = the paper's
+    ssa_share_weight: bool = True  # one token-head output layer for every position (False: per position)
+    ssa_head_init: str = "bert"  # the token head's init: bert = N(0, 0.02), zero bias, each position its own
+    #   draw (the authors'); torch = PyTorch's default for the dense layer, one draw copied to every position
+    ssa_first_epoch_loss: bool = True  # code labels: epoch 1 trains the token head on all-ones labels (the
+    #   authors' code); False leaves epoch 1 to the task loss, until probed labels exist
+    ssa_probe_bf16: bool = False  # probe under bfloat16 autocast (about 2x faster on CPUs with AVX512-BF16 or
+    #   AMX, and on GPUs); a borderline prediction may then differ from the fp32 probe's
+
+    choices = {**SamplerOptions.choices, "ssa_label_mode": LABEL_MODES, "ssa_head_init": tuple(HEAD_INITS)}
+    saved_before = {**SamplerOptions.saved_before, "ssa_head_init": "torch"}
+
+    def validate(self) -> None:
+        unit_interval(self, "ssa_target_weight")
+
+
+@dataclass
+class SSAHybridOptions(SSAOptions):
+    """`--method ssa-hybrid`'s options: SSA-Co's and the pooling layer's."""
+
+    ssa_cls_weight: float = 0.5  # beta, the pooled [CLS] share of the SSA layer (paper Eq. 1)
+    ssa_threshold: float = 0.3  # tokens with importance below this are left out of the pooling
+
+    def validate(self) -> None:
+        super().validate()
+        unit_interval(self, "ssa_cls_weight")
+        fraction(self, "ssa_threshold")
 
 
 def _build_ssa(cfg, encoder, num_labels: int, tokenizer, hybrid: bool) -> SSAClassifier:
+    o = cfg.options
+    pooling = dict(ssa_cls_weight=o.ssa_cls_weight, ssa_threshold=o.ssa_threshold) if hybrid else {}
     return SSAClassifier(encoder, num_labels, cfg.classifier_dropout, sorted(special_token_ids(tokenizer)),
-                         cfg.max_len, hybrid=hybrid,
-                         ssa_target_weight=cfg.ssa_target_weight, ssa_cls_weight=cfg.ssa_cls_weight,
-                         ssa_threshold=cfg.ssa_threshold, ssa_share_weight=cfg.ssa_share_weight,
-                         ssa_head_init=cfg.ssa_head_init)
+                         cfg.max_len, hybrid=hybrid, ssa_target_weight=o.ssa_target_weight,
+                         ssa_share_weight=o.ssa_share_weight, ssa_head_init=o.ssa_head_init, **pooling)
 
 
 def build_ssa_co(cfg, encoder, num_labels: int, tokenizer) -> SSAClassifier:
@@ -336,12 +381,15 @@ def build_ssa_hybrid(cfg, encoder, num_labels: int, tokenizer) -> SSAClassifier:
 
 def ssa_epoch_data(cfg, features: list[dict], context) -> tuple[list[dict], dict]:
     """SSA's epoch: token labels made by probing the current model (`ssa_epoch_features`)."""
-    return ssa_epoch_features(features, context.probe, context.epoch, cfg.seed, context.special_ids, context.mask_id,
-                              context.is_regression, cfg.ssa_label_mode, first_epoch_loss=cfg.ssa_first_epoch_loss,
-                              sampler=cfg.ssa_sampler)
+    def probe(feats: list[dict]) -> list:
+        return context.probe(feats, bf16=cfg.options.ssa_probe_bf16)
+
+    return ssa_epoch_features(features, probe, context.epoch, cfg.seed, context.special_ids, context.mask_id,
+                              context.is_regression, cfg.options.ssa_label_mode,
+                              first_epoch_loss=cfg.options.ssa_first_epoch_loss, sampler=cfg.options.ssa_sampler)
 
 
 def bert_mask_epoch_data(cfg, features: list[dict], context) -> tuple[list[dict], dict]:
     """BERT-mask's epoch: the same share of masked copies, with their gold labels (`bert_mask_epoch_features`)."""
     return bert_mask_epoch_features(features, context.epoch, cfg.seed, context.special_ids, context.mask_id,
-                                    cfg.ssa_sampler)
+                                    cfg.options.ssa_sampler)

@@ -8,16 +8,16 @@ import functools
 import inspect
 import io
 import tokenize
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from course_lib.errors import UsageError
+from course_lib.errors import UsageError, choice_error
 
 from course_lib.config import Validated, fraction, non_negative, optional_positive, positive, unit_interval
+from course_lib.methods.registry import METHODS, NoOptions, get_method, option_owners
+from course_lib.methods.ssa import SSAOptions
 from course_lib.model.config import MIXED_PRECISION
 
 NONFINITE_LOSS = ("stop", "skip")  # what a NaN or infinite loss does to the run
-SSA_LABEL_MODES = ("code", "paper")  # whose SSA token labels: the authors' code's or the paper's
-ASA_NOISE = ("none", "logistic")
 
 
 def _shared_run_checks(cfg) -> None:
@@ -33,7 +33,7 @@ def _shared_run_checks(cfg) -> None:
 @dataclass
 class TrainingRunConfig(Validated):
     """What a fine-tuning run and a multitask run share: the pretrained model, the GLUE data, BERT's fine-tuning
-    recipe (Devlin et al. 2019, App. A.3), checkpoints and the SSA-Co options.
+    recipe (Devlin et al. 2019, App. A.3) and checkpoints.
 
     Not a command of its own: FinetuneConfig and MultitaskConfig add their task(s), their output folder and
     their own options. A field means the same in both; in a multitask run it applies to each task.
@@ -61,36 +61,15 @@ class TrainingRunConfig(Validated):
     on_nonfinite_loss: str = "stop"  # stop: fail keeping the last good checkpoint; skip: drop that step
     fast_kernels: bool = True  # swap the CPU kernels in (course_lib.fast.optimize): same function, faster;
     #   dropout masks are drawn another way, so runs with and without differ by their draws
-    ssa_target_weight: float = 0.7  # SSA: alpha, loss = alpha L_target + (1 - alpha) L_SSA (Kou et al. 2020)
-    ssa_label_mode: str = "code"  # SSA: code = the authors' labels (default); paper = the paper's
-    ssa_share_weight: bool = True  # SSA: one token-head output layer for every position (False: per position)
-    ssa_sampler: str = "authors"  # SSA, bert-mask: authors = the authors' masking sampler (float quartiles, so
-    #   short segments are masked less; probes that mask nothing kept as all-ones copies); rounded = ours before
-    ssa_head_init: str = "bert"  # SSA: the token head's init: bert = N(0, 0.02), zero bias, each position its own
-    #   draw (the authors'); torch = PyTorch's default for the dense layer, one draw copied to every position
-    ssa_first_epoch_loss: bool = True  # SSA, code labels: epoch 1 trains the token head on all-ones labels
-    #   (the authors' code); False leaves epoch 1 to the task loss, until probed labels exist
     doc_stride: int = 128  # span QA: context tokens shared by consecutive windows over a long paragraph
     max_query_length: int = 64  # span QA: question tokens kept; longer questions are cut
-    ssa_probe_bf16: bool = False  # SSA: probe under bfloat16 autocast (about 2x faster on CPUs with AVX512-BF16
-    #   or AMX, and on GPUs); a borderline prediction may then differ from the fp32 probe's
 
     def validate(self) -> None:
-        from course_lib.errors import choice_error
-
         positive(self, "epochs", "max_len", "batch_size", "eval_batch_size", "lr", "doc_stride", "max_query_length")
         optional_positive(self, "max_train_samples", "max_eval_samples")
         fraction(self, "warmup_ratio", "classifier_dropout")
         non_negative(self, "weight_decay", "max_grad_norm", "save_every")
-        unit_interval(self, "ssa_target_weight")
         _shared_run_checks(self)
-        if self.ssa_label_mode not in SSA_LABEL_MODES:
-            raise choice_error("ssa_label_mode", self.ssa_label_mode, SSA_LABEL_MODES)
-        from course_lib.methods.ssa import HEAD_INITS, SAMPLERS
-        if self.ssa_sampler not in SAMPLERS:
-            raise choice_error("ssa_sampler", self.ssa_sampler, tuple(SAMPLERS))
-        if self.ssa_head_init not in HEAD_INITS:
-            raise choice_error("ssa_head_init", self.ssa_head_init, tuple(HEAD_INITS))
 
 
 @dataclass
@@ -109,26 +88,14 @@ class FinetuneConfig(TrainingRunConfig):
     #   labels, sorted; numbers sort as numbers)
     output_dir: str = "runs/finetune"  # checkpoints, weights and metrics.json; a rerun resumes from here
     method: str = "vanilla"  # the attention method fine-tuned, a name in the method registry (vanilla: plain BERT)
-    sparsegen_lambda: float = -4.0  # ssaf: sparsegen-lin's lambda (Cui et al. 2019 use -4 on SST-2)
-    asa_tau: float = 0.3  # asa: keep-count penalty weight, applied as tau^2 (Wu et al. 2023, Table 5: 0.3)
-    asa_noise: str = "none"  # asa: none = the authors' deterministic step; logistic = binary Concrete sample
-    asa_tagging_divergence: str = "window-sum"  # asa, bernoulli-mask on tagging: window-sum = the authors' code (each
-    #   token's divergence summed over the window, padding included); word-mean = averaged over the scored words
-    asa_regression_divergence: str = "batch-softmax"  # asa, bernoulli-mask on a regression task (STS-B): batch-softmax
-    #   = the authors' code (a softmax of the scores across the batch, symmetric KL); squared = the squared difference
-    asa_clip_scope: str = "learner"  # asa: which parameters the gradient clip covers: learner = encoder and head,
-    #   as vanilla's; all = the adversaries too (this project's ASA runs before 2026-11-26)
-    asa_cut_row: str = "uniform"  # asa, bernoulli-mask: a row whose real keys are all cut becomes uniform over
-    #   every position, padding included (uniform, the authors' code) or keeps its clean attention (clean)
-    bernoulli_p: float = 0.1  # bernoulli-mask: probability of cutting each attention unit (paper: 0.05, 0.1)
-    ssa_cls_weight: float = 0.5  # ssa-hybrid: beta, the pooled [CLS] share of the SSA layer (paper Eq. 1)
-    ssa_threshold: float = 0.3  # ssa-hybrid: tokens with importance below this are left out of the pooling
+    options: Validated | None = None  # the method's own options, an instance of its registry entry's `options`
+    #   class (None: their defaults); flat in from_dict, to_dict, the command line and metrics.json
+    carried: dict = field(default_factory=dict, compare=False, metadata={"saved": False})  # other methods'
+    #   options, carried by a notebook's grid base to the runs of those methods (from_params); never read by this
+    #   run, never saved
 
     def validate(self) -> None:
-        from course_lib.errors import choice_error
-        from course_lib.tasks.registry import get_task
-
-        from course_lib.tasks.registry import TASK_TYPES
+        from course_lib.tasks.registry import TASK_TYPES, get_task
 
         task = get_task(self.task)
         if self.task_type is not None and self.task_type not in TASK_TYPES:
@@ -136,30 +103,29 @@ class FinetuneConfig(TrainingRunConfig):
         if self.max_len is None:
             self.max_len = task.max_len
         super().validate()
-        fraction(self, "bernoulli_p", "ssa_threshold")
-        non_negative(self, "asa_tau")
-        unit_interval(self, "ssa_cls_weight")
-        if not self.sparsegen_lambda < 1:
-            raise UsageError(f"FinetuneConfig.sparsegen_lambda must be < 1, got {self.sparsegen_lambda!r}")
-        if self.asa_noise not in ASA_NOISE:
-            raise choice_error("asa_noise", self.asa_noise, ASA_NOISE)
-        from course_lib.methods.asa import CLIP_SCOPES, CUT_ROWS, REGRESSION_DIVERGENCES, TAGGING_DIVERGENCES
-        if self.asa_regression_divergence not in REGRESSION_DIVERGENCES:
-            raise choice_error("asa_regression_divergence", self.asa_regression_divergence,
-                               tuple(REGRESSION_DIVERGENCES))
-        if self.asa_tagging_divergence not in TAGGING_DIVERGENCES:
-            raise choice_error("asa_tagging_divergence", self.asa_tagging_divergence, tuple(TAGGING_DIVERGENCES))
-        if self.asa_clip_scope not in CLIP_SCOPES:
-            raise choice_error("asa_clip_scope", self.asa_clip_scope, CLIP_SCOPES)
-        if self.asa_cut_row not in CUT_ROWS:
-            raise choice_error("asa_cut_row", self.asa_cut_row, tuple(CUT_ROWS))
+        options = get_method(self.method).options
+        if self.options is None:
+            self.options = options()
+        if type(self.options) is not options:
+            raise UsageError(f"FinetuneConfig.options for method {self.method!r} must be {options.__name__}, got "
+                             f"{type(self.options).__name__}")
+        for owner in {m.options for m in METHODS.values()} - {NoOptions}:  # a carried value fails now
+            owner.from_dict({k: v for k, v in self.carried.items() if k in owner.__dataclass_fields__})
 
-    def defaults(self) -> dict:
-        from course_lib.methods.registry import METHODS
+    @classmethod
+    def nested(cls, values: dict) -> dict[str, type]:
+        return {"options": get_method(values.get("method", cls.method)).options}
 
-        values = FinetuneConfig(task=self.task).to_dict()  # max_len's default is the task's (SQuAD: 384)
-        method = METHODS.get(self.method)  # an option added later counts as what this method's old runs did
-        return {**values, **(method.saved_before if method is not None else {})}
+    @classmethod
+    def option_classes(cls) -> list[type]:
+        return list(dict.fromkeys(m.options for m in METHODS.values()))
+
+    @classmethod
+    def foreign(cls, values: dict) -> dict[str, str]:
+        return option_owners()
+
+    def unset(self) -> "FinetuneConfig":
+        return FinetuneConfig(task=self.task, method=self.method)  # max_len's default is the task's (SQuAD: 384)
 
 
 @dataclass
@@ -254,12 +220,16 @@ class MultitaskConfig(TrainingRunConfig):
     #   (the course's); cross: one sequence [CLS] a [SEP] b [SEP] (BERT's). None: separate with --cs224n, else cross
     option: str = "finetune"  # the course's --option: finetune trains everything; pretrain freezes the encoder
     use_gpu: bool = False  # the course's flag: insist on a CUDA GPU (without it a GPU is still used when present)
+    ssa_options: SSAOptions | None = None  # SSA-Co's options for the tasks in `ssa` (None: their defaults); flat
+    #   in from_dict, to_dict, the command line and metrics.json
 
-    def defaults(self) -> dict:
-        """A multitask run saved before an SSA option existed did what SSA-Co's runs then did."""
-        from course_lib.methods.ssa import SAVED_BEFORE
+    @classmethod
+    def nested(cls, values: dict) -> dict[str, type]:
+        return {"ssa_options": SSAOptions}
 
-        return {**super().defaults(), **SAVED_BEFORE}
+    @classmethod
+    def option_classes(cls) -> list[type]:
+        return [SSAOptions]
 
     def task_names(self) -> list[str]:
         """The tasks' registry names, in the order given ('SST-2' becomes 'sst2')."""
@@ -309,6 +279,8 @@ class MultitaskConfig(TrainingRunConfig):
                              f"{', '.join(n for n in names if n not in both) or 'none'})")
         if self.max_len is None:
             self.max_len = max(get_task(name).max_len for name in names)
+        if self.ssa_options is None:
+            self.ssa_options = SSAOptions()
         super().validate()
         unit_interval(self, "schedule_alpha_end")
         if self.use_gpu:
@@ -367,20 +339,16 @@ def _declared_field_docs(cls) -> dict[str, str]:
 
 
 def field_choices(cls) -> dict[str, tuple[str, ...]]:
-    """The valid names of the fields that take one from a registry: validate() checks them, --help lists them."""
+    """The valid names of the fields that take one: validate() checks them, --help lists them. A config class's
+    own `choices` (a method's options) and, for the run configs, the registries' names."""
     from course_lib.methods.ag import BOUNDARIES, REDUCTIONS
-    from course_lib.methods.asa import CLIP_SCOPES, CUT_ROWS, REGRESSION_DIVERGENCES, TAGGING_DIVERGENCES
-    from course_lib.methods.ssa import HEAD_INITS, SAMPLERS
     from course_lib.tasks.registry import TASK_TYPES, TASKS
 
-    ssa = {"ssa_label_mode": SSA_LABEL_MODES, "ssa_sampler": tuple(SAMPLERS), "ssa_head_init": tuple(HEAD_INITS)}
     per_class = {
-        FinetuneConfig: {"task": tuple(TASKS), "task_type": tuple(TASK_TYPES), **ssa,
-                         "asa_noise": ASA_NOISE, "asa_tagging_divergence": tuple(TAGGING_DIVERGENCES),
-                         "asa_clip_scope": CLIP_SCOPES, "asa_regression_divergence": tuple(REGRESSION_DIVERGENCES),
-                         "asa_cut_row": tuple(CUT_ROWS)},
-        MultitaskConfig: {"tasks": tuple(t for t in TASKS if t != "custom"), "schedule": MULTITASK_SCHEDULES, **ssa,
+        FinetuneConfig: {"task": tuple(TASKS), "task_type": tuple(TASK_TYPES), "method": tuple(METHODS)},
+        MultitaskConfig: {"tasks": tuple(t for t in TASKS if t != "custom"), "schedule": MULTITASK_SCHEDULES,
                           "pair_encoding": PAIR_ENCODINGS, "option": COURSE_OPTIONS},
         PretrainConfig: {"method": PRETRAIN_METHODS, "ag_reduction": REDUCTIONS, "ag_boundary": BOUNDARIES},
     }
-    return {"mixed_precision": MIXED_PRECISION, "on_nonfinite_loss": NONFINITE_LOSS, **per_class.get(cls, {})}
+    shared = {"mixed_precision": MIXED_PRECISION, "on_nonfinite_loss": NONFINITE_LOSS}
+    return {**shared, **per_class.get(cls, {}), **getattr(cls, "choices", {})}

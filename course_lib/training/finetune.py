@@ -131,8 +131,8 @@ def epoch_features(cfg: FinetuneConfig, epoch: int, train: list[dict], model, ta
     if not cache.exists():
         started = time.perf_counter()
 
-        def probe(feats: list[dict]) -> list:
-            with torch.autocast(accelerator.device.type, torch.bfloat16) if cfg.ssa_probe_bf16 else nullcontext():
+        def probe(feats: list[dict], bf16: bool = False) -> list:
+            with torch.autocast(accelerator.device.type, torch.bfloat16) if bf16 else nullcontext():
                 preds = predict(model, feats, cfg.eval_batch_size, accelerator, tokenizer.pad_token_id,
                                 task).tolist()
             return preds if task.is_regression else [round(p) for p in preds]
@@ -287,7 +287,7 @@ def load_finetuned(output_dir) -> tuple[SequenceClassifier, object]:
     if not (out / METRICS).is_file() or not (out / WEIGHTS).is_file():
         raise UsageError(f"{out} holds no completed fine-tuning run ({METRICS} and {WEIGHTS}): run finetune "
                          f"there first")
-    cfg = FinetuneConfig.from_dict(json.loads((out / METRICS).read_text())["config"])
+    cfg = FinetuneConfig.from_saved(json.loads((out / METRICS).read_text())["config"])
     encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
     model = build_classifier(cfg, encoder, run_task(cfg), tokenizer)
     model.load_state_dict(load_file(out / WEIGHTS))

@@ -20,6 +20,7 @@ step for step (tests/test_multitask.py checks this).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -34,7 +35,7 @@ from course_lib.model.pair_heads import SeparatePairClassifier, encode_separatel
 from course_lib.tasks import glue
 from course_lib.tasks.cs224n import CourseTask
 from course_lib.tasks.registry import get_family, get_task, run_task
-from course_lib.training.config import FinetuneConfig, MultitaskConfig
+from course_lib.training.config import FinetuneConfig, MultitaskConfig, TrainingRunConfig
 from course_lib.errors import UsageError
 from course_lib.model.heads import ClassifierOutput, SequenceClassifier
 from course_lib.training.loop import Job, TrainingLoop, finished_run, open_run
@@ -135,10 +136,11 @@ class MultitaskBert(nn.Module):
 def task_config(cfg: MultitaskConfig, name: str) -> FinetuneConfig:
     """The single-task run of one task: the shared fields, method ssa-co for an SSA task, else vanilla. The data
     folder goes to the course's presets only: the others find theirs as they do alone (GLUE_DIR, SQUAD_DIR, ...)."""
-    shared = {k: v for k, v in cfg.to_dict().items() if k in FinetuneConfig.__dataclass_fields__}
-    return FinetuneConfig(**{**shared, "task": name, "output_dir": str(Path(cfg.output_dir) / name),
-                             "method": "ssa-co" if name in cfg.ssa_task_names() else "vanilla",
-                             "data_dir": cfg.data_dir if isinstance(get_task(name), CourseTask) else None})
+    recipe = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(TrainingRunConfig)}
+    ssa = name in cfg.ssa_task_names()
+    return FinetuneConfig(**recipe, task=name, output_dir=str(Path(cfg.output_dir) / name),
+                          method="ssa-co" if ssa else "vanilla", options=cfg.ssa_options if ssa else None,
+                          data_dir=cfg.data_dir if isinstance(get_task(name), CourseTask) else None)
 
 
 def build_multitask(cfg: MultitaskConfig, encoder, tokenizer) -> MultitaskBert:
@@ -304,7 +306,7 @@ def load_multitask(output_dir) -> tuple[MultitaskBert, object]:
     if not (out / METRICS).is_file() or not (out / WEIGHTS).is_file():
         raise UsageError(f"{out} holds no completed multitask run ({METRICS} and {WEIGHTS}): run train_multitask "
                          f"there first")
-    cfg = MultitaskConfig.from_dict(json.loads((out / METRICS).read_text())["config"])
+    cfg = MultitaskConfig.from_saved(json.loads((out / METRICS).read_text())["config"])
     encoder, tokenizer = load_pretrained(cfg.model)
     model = build_multitask(cfg, encoder, tokenizer)
     missing, unexpected = model.load_state_dict(load_file(out / WEIGHTS), strict=False)

@@ -1,0 +1,69 @@
+"""Did a refactor change what training computes? Tiny fixed-seed runs of every method and kind, made before and
+after the change, must give the same metrics.json (every score and logged loss, to the last digit).
+
+    .venv/bin/python ci/same_runs.py run OUT        # about 10 minutes on 2 cores: 16 tiny runs
+    .venv/bin/python ci/same_runs.py compare BEFORE AFTER
+
+`compare` leaves out timings and the config (whose keys may move in a refactor; it prints the keys that differ)
+and exits 1 at the first run whose results differ. Issue 41's options refactor was checked this way.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SMALL = ["--max-train-samples", "48", "--max-eval-samples", "48", "--epochs", "2", "--batch-size", "16",
+         "--max-len", "48"]
+RUNS = {  # folder: command line after `python -m course_lib`
+    **{f"sst2-{m}": ["finetune", "--task", "sst2", "--method", m, *SMALL]
+       for m in ("vanilla", "ssaf", "asa", "bernoulli-mask", "ssa-co", "ssa-hybrid", "bert-mask", "mean-pool")},
+    **{f"stsb-{m}": ["finetune", "--task", "stsb", "--method", m, *SMALL]
+       for m in ("asa", "bernoulli-mask", "ssa-hybrid")},
+    "sst2-asa-opts": ["finetune", "--task", "sst2", "--method", "asa", "--asa-tau", "0.5", "--asa-clip-scope", "all",
+                      *SMALL],
+    "wnut-asa": ["finetune", "--task", "wnut17", "--method", "asa", *SMALL],
+    "mt": ["multitask", "--tasks", "sst2,stsb", "--ssa", "stsb", *SMALL],
+    "ag": ["pretrain", "--method", "ag", "--max-steps", "20", "--eval-every", "10"],
+}
+TIMINGS = ("seconds", "time", "elapsed", "host", "started", "finished", "duration", "per_second", "throughput")
+
+
+def run(out: Path) -> int:
+    env = {**os.environ, "CI": "true", "TQDM_DISABLE": "1"}
+    for name, args in RUNS.items():
+        done = subprocess.run([sys.executable, "-m", "course_lib", *args, "--output-dir", str(out / name)], env=env,
+                              capture_output=True, text=True)
+        print(name, "ok" if done.returncode == 0 else f"FAILED: {done.stderr.strip().splitlines()[-1:]}")
+    return 0
+
+
+def results(value):
+    """metrics.json without what may change while the computation does not: timings, folders, the config."""
+    if isinstance(value, dict):
+        return {k: results(v) for k, v in value.items()
+                if not any(t in k for t in TIMINGS) and k not in ("config", "output_dir", "corpus", "model_dir")}
+    return [results(v) for v in value] if isinstance(value, list) else value
+
+
+def compare(before: Path, after: Path) -> int:
+    for name in RUNS:
+        old, new = (json.loads((side / name / "metrics.json").read_text()) for side in (before, after))
+        keys = sorted(set(old["config"]) ^ set(new["config"]))
+        changed = sorted(k for k in set(old["config"]) & set(new["config"])
+                         if old["config"][k] != new["config"][k] and k != "output_dir")
+        if results(old) != results(new):
+            print(f"{name}: the results differ")
+            return 1
+        print(f"{name}: same results; config keys in one side only: {keys or 'none'}; values changed: "
+              f"{changed or 'none'}")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "run":
+        sys.exit(run(Path(sys.argv[2])))
+    if len(sys.argv) == 4 and sys.argv[1] == "compare":
+        sys.exit(compare(Path(sys.argv[2]), Path(sys.argv[3])))
+    print(__doc__, file=sys.stderr)
+    sys.exit(2)
