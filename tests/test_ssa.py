@@ -63,6 +63,16 @@ def test_a_row_without_kept_tokens_falls_back_to_the_pooled_output():
     torch.testing.assert_close(out, pooled)
 
 
+def test_beta_is_exact_in_a_float64_model():
+    """beta = 0.9 is 0.9 in float64, not float32's 0.89999998 (the cross-implementation test compares to 1e-15)."""
+    model = tiny_ssa(ssa_cls_weight=0.9, ssa_threshold=0.0).double()
+    ids, mask = batch()
+    hidden, pooled = torch.randn(2, 8, 32, dtype=torch.float64), torch.randn(2, 32, dtype=torch.float64)
+    equal = torch.full((2, 8), 0.5, dtype=torch.float64)
+    context = model.pool(hidden, torch.zeros_like(pooled), equal, ids, mask) / (1 - 0.9)
+    assert torch.equal(model.pool(hidden, pooled, equal, ids, mask), 0.9 * pooled + (1 - 0.9) * context)
+
+
 def feature(tokens, label=1):
     ids = [CLS, *tokens, SEP]
     return {"input_ids": ids, "token_type_ids": [0] * len(ids), "label": label}
@@ -219,6 +229,9 @@ def test_probes_that_mask_nothing_are_kept_as_all_ones_copies_without_a_forward_
     assert len(ones) > stats["labelled"] / 2  # mostly empty probes, labelled all ones
     _, rounded = ssa_epoch_features(feats, funny_stub, sampler="rounded", **kwargs)
     assert rounded["probes"] >= rounded["labelled"]
+    paper, stats = ssa_epoch_features(feats, funny_stub, sampler="authors", label_mode="paper", **kwargs)
+    assert stats["labelled"] > 0  # paper labels: a probe that masks nothing labels nothing, so none is counted
+    assert all(any(label != IGNORE for label in f["token_labels"]) for f in paper[:stats["labelled"]])
 
 
 @pytest.mark.parametrize("init", ["bert", "torch"])

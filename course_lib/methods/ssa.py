@@ -118,7 +118,8 @@ class SSAClassifier(SequenceClassifier):
         kept = real & ~torch.isin(input_ids, self.special_ids) & (scores >= self.threshold)  # (B, L)
         weights = torch.softmax(scores + (~kept) * -1e4, dim=-1)  # (B, L)
         context = torch.einsum("bl,bld->bd", weights.to(hidden.dtype), hidden)  # (B, d)
-        beta = torch.where(kept.any(-1, keepdim=True), self.cls_weight, 1.0).to(hidden.dtype)
+        beta = torch.full((len(kept), 1), self.cls_weight, dtype=hidden.dtype, device=hidden.device)
+        beta = beta.masked_fill(~kept.any(-1, keepdim=True), 1.0)  # beta in hidden's dtype: 0.9 stays 0.9 in fp64
         return beta * pooled + (1 - beta) * context
         ### END SOLUTION
 
@@ -281,7 +282,8 @@ def ssa_epoch_features(features: list[dict], predict, epoch: int, seed: int, spe
             stats["originals"] += len(fresh)
             correct = [i for i in block if agree(is_regression, original[i], features[i]["label"])]
             probes = [(i, frozenset(masks(segments_of(features[i], special_ids), rng))) for i in correct]
-            probes = [(i, pos) for i, pos in probes if (pos or keeps_empty) and (i, pos) not in labelled]
+            probes = [(i, pos) for i, pos in probes if (pos or keeps_empty and label_mode == "code")
+                      and (i, pos) not in labelled]  # paper labels: a probe that masks nothing labels nothing
             masked = iter(predict([masked_copy(features[i], pos, mask_id) for i, pos in probes if pos]))
             stats["probes"] += len(probes)
             for i, pos in probes:  # a probe that masks nothing is the original: its prediction holds
