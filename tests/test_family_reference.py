@@ -48,7 +48,7 @@ def test_transformers_model_starts_as_our_plain_head_does(config, request):
     for name, build in (("ours", family.build_head), ("reference", build_reference)):
         torch.manual_seed(cfg.seed)  # as finetune: seed, load the encoder, build the task model
         encoder, tokenizer = load_pretrained(cfg.model)
-        models[name] = build(cfg, encoder, task.num_labels, tokenizer).eval()
+        models[name] = build(cfg, encoder, task, tokenizer).eval()
     ours, reference = models["ours"], models["reference"]  # the reference draws our head first: the same start
     assert isinstance(reference, HFTaskModel)
     torch.testing.assert_close(reference.model.classifier.weight, ours.classifier.weight, rtol=0, atol=0)

@@ -19,11 +19,11 @@ from course_lib.model.weights import load_pretrained
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def frozen_embeddings(cfg, encoder, num_labels, tokenizer):
+def frozen_embeddings(cfg, encoder, task, tokenizer):
     """A toy method: plain fine-tuning with the embedding layer frozen."""
     for parameter in encoder.embeddings.parameters():
         parameter.requires_grad_(False)
-    return plain_head(cfg, encoder, num_labels, tokenizer)
+    return plain_head(cfg, encoder, task, tokenizer)
 
 
 def halve_the_training_set(cfg, features, context):
@@ -113,7 +113,8 @@ def test_the_mean_pool_control_reads_the_mean_of_real_tokens_whatever_the_paddin
     from course_lib.tasks import glue
 
     encoder, tokenizer = load_pretrained(str(tiny_model_dir))
-    model = get_method("mean-pool").build_model(FinetuneConfig(method="mean-pool"), encoder, 2, tokenizer).eval()
+    sst2 = glue.get_task("sst2")
+    model = get_method("mean-pool").build_model(FinetuneConfig(method="mean-pool"), encoder, sst2, tokenizer).eval()
     features = glue.encode([glue.Example(("a fine film",), 1), glue.Example(("dull, and far too long",), 0)],
                            tokenizer, 32)
     batch = glue.collate(features, tokenizer.pad_token_id)

@@ -22,10 +22,10 @@ class ShrinkOptions(Validated):
         unit_interval(self, "shrink_factor")
 
 
-def shrunk_embeddings(cfg, encoder, num_labels, tokenizer):
+def shrunk_embeddings(cfg, encoder, task, tokenizer):
     """A toy method: fine-tuning from word embeddings scaled by the run's shrink_factor."""
     encoder.embeddings.word.weight.data.mul_(cfg.options.shrink_factor)
-    return plain_head(cfg, encoder, num_labels, tokenizer)
+    return plain_head(cfg, encoder, task, tokenizer)
 
 
 @pytest.fixture

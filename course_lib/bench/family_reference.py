@@ -24,7 +24,7 @@ from course_lib.model.heads import ClassifierOutput
 from course_lib.model.weights import resolve_model_dir
 from course_lib.tasks.glue import subsample
 from course_lib.tasks.multiple_choice import MULTIPLE_CHOICE
-from course_lib.tasks.registry import get_family, get_task, run_family, run_task
+from course_lib.tasks.registry import get_family, get_task, run_task
 from course_lib.tasks.tagging import TAGGING
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
@@ -46,16 +46,15 @@ class HFTaskModel(nn.Module):
         return ClassifierOutput(out.logits, out.loss)
 
 
-def build_reference(cfg, encoder, num_labels: int, tokenizer) -> HFTaskModel:
+def build_reference(cfg, encoder, task, tokenizer) -> HFTaskModel:
     """transformers' model of the run's family from the same checkpoint; its output layer takes the initial
     weights our plain head draws (built here first, so the seeded draws are the same as in our run)."""
     import transformers
 
     transformers.utils.logging.set_verbosity_error()  # the head's missing weights are expected
-    family = run_family(cfg)
-    ours = get_family(family).build_head(cfg, encoder, num_labels, tokenizer)
-    hf = getattr(transformers, HF_CLASSES[family]).from_pretrained(  # num_labels: tags (multiple choice: 1 score)
-        str(resolve_model_dir(cfg.model)), num_labels=num_labels, classifier_dropout=cfg.classifier_dropout)
+    ours = get_family(task.family).build_head(cfg, encoder, task, tokenizer)
+    hf = getattr(transformers, HF_CLASSES[task.family]).from_pretrained(  # num_labels: tags (multiple choice: 1)
+        str(resolve_model_dir(cfg.model)), num_labels=task.num_labels, classifier_dropout=cfg.classifier_dropout)
     hf.classifier.load_state_dict(ours.classifier.state_dict())
     return HFTaskModel(hf)
 

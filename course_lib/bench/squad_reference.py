@@ -45,12 +45,12 @@ class HFSpanModel(nn.Module):
         return ClassifierOutput(torch.stack([out.start_logits, out.end_logits], -1), out.loss)
 
 
-def build_reference(cfg, encoder, num_labels: int, tokenizer) -> HFSpanModel:
+def build_reference(cfg, encoder, task, tokenizer) -> HFSpanModel:
     """Hugging Face's model from the same checkpoint; its qa_outputs take our head's seeded initial weights."""
     import transformers
 
     transformers.utils.logging.set_verbosity_error()  # the head's missing weights are expected
-    ours = SpanHead(encoder, num_labels)  # draws the head's initial weights exactly as our run does
+    ours = SpanHead(encoder, task.num_labels)  # draws the head's initial weights exactly as our run does
     hf = transformers.BertForQuestionAnswering.from_pretrained(str(resolve_model_dir(cfg.model)))
     hf.qa_outputs.load_state_dict(ours.qa_outputs.state_dict())
     return HFSpanModel(hf)

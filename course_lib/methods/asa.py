@@ -24,7 +24,6 @@ from course_lib.model.attention import ScoreCut, at_least_fp32
 from course_lib.model.heads import (IGNORE_INDEX, ClassifierOutput, MultipleChoiceHead, SequenceClassifier,
                                     SpanHead, TokenClassifier)
 from course_lib.tasks.glue import SENTENCE
-from course_lib.tasks.registry import run_family
 from course_lib.tasks.multiple_choice import MULTIPLE_CHOICE
 from course_lib.tasks.span_qa import SPAN_QA
 from course_lib.tasks.tagging import TAGGING
@@ -319,8 +318,8 @@ ASA_MODELS = {SENTENCE: ASAClassifier, SPAN_QA: ASASpanHead, TAGGING: ASATokenCl
               MULTIPLE_CHOICE: ASAMultipleChoice}  # the task families ASA applies to, and how
 
 
-def _build(cfg, encoder, num_labels: int, mode: str, **mode_options):
-    return ASA_MODELS[run_family(cfg)].from_config(cfg, encoder, num_labels, mode=mode,
+def _build(cfg, encoder, task, mode: str, **mode_options):
+    return ASA_MODELS[task.family].from_config(cfg, encoder, task.num_labels, mode=mode,
                                                    cut_row=cfg.options.asa_cut_row, **mode_options)
 
 
@@ -383,11 +382,11 @@ def clipped_parameters(cfg, model) -> list | None:
     return [p for p in model.parameters() if id(p) not in adversaries]
 
 
-def build_asa(cfg, encoder, num_labels: int, tokenizer):
+def build_asa(cfg, encoder, task, tokenizer):
     """The method registry's task model for `asa` (`course_lib.methods.registry`), for the run's task family."""
-    return _build(cfg, encoder, num_labels, "asa", asa_tau=cfg.options.asa_tau, asa_noise=cfg.options.asa_noise)
+    return _build(cfg, encoder, task, "asa", asa_tau=cfg.options.asa_tau, asa_noise=cfg.options.asa_noise)
 
 
-def build_bernoulli_mask(cfg, encoder, num_labels: int, tokenizer):
+def build_bernoulli_mask(cfg, encoder, task, tokenizer):
     """The method registry's task model for `bernoulli-mask`: ASA's two-pass loss with random masks."""
-    return _build(cfg, encoder, num_labels, "bernoulli", bernoulli_p=cfg.options.bernoulli_p)
+    return _build(cfg, encoder, task, "bernoulli", bernoulli_p=cfg.options.bernoulli_p)

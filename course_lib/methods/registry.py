@@ -54,8 +54,9 @@ class Method:
 
     options: the method's own options, a Validated dataclass (defaults, ranges, `choices`, `saved_before` and
     a comment per field, which --help shows); the command line, grids and metrics.json name its fields flat.
-    build_model(cfg, encoder, num_labels, tokenizer): the task model, whose forward returns the method's loss;
-    None: the task family's plain head (`TaskFamily.build_head`).
+    build_model(cfg, encoder, task, tokenizer): the task model for the run's bound task (its family, its
+    num_labels), whose forward returns the method's loss; None: the task family's plain head
+    (`TaskFamily.build_head`).
     encoder_overrides(cfg): BertConfig fields to change before the pretrained weights load (SSAF's normaliser).
     epoch_data(cfg, features, context): the epoch's training set and its statistics, or None to train on the
     encoded set as it is; its result is cached in the run folder, so a resumed epoch trains on the same set.
@@ -125,5 +126,5 @@ register(Method("ssa-hybrid", "self-supervised attention with importance pooling
 register(Method("bert-mask", "masked copies with their gold labels, SSA's baseline (Kou et al. 2020)",
                 ssa.SamplerOptions, epoch_data=ssa.bert_mask_epoch_data, families=(SENTENCE,)))
 register(Method("mean-pool", "vanilla with the head on the mean token vector, not [CLS] (a control)",
-                build_model=lambda cfg, encoder, num_labels, tokenizer: MeanPoolClassifier(
-                    encoder, num_labels, cfg.classifier_dropout), families=(SENTENCE,)))
+                build_model=lambda cfg, encoder, task, tokenizer: MeanPoolClassifier(
+                    encoder, task.num_labels, cfg.classifier_dropout), families=(SENTENCE,)))

@@ -365,20 +365,20 @@ class SSAHybridOptions(SSAOptions):
         fraction(self, "ssa_threshold")
 
 
-def _build_ssa(cfg, encoder, num_labels: int, tokenizer, hybrid: bool) -> SSAClassifier:
+def _build_ssa(cfg, encoder, task, tokenizer, hybrid: bool) -> SSAClassifier:
     o = cfg.options
     pooling = dict(ssa_cls_weight=o.ssa_cls_weight, ssa_threshold=o.ssa_threshold) if hybrid else {}
-    return SSAClassifier(encoder, num_labels, cfg.classifier_dropout, sorted(special_token_ids(tokenizer)),
+    return SSAClassifier(encoder, task.num_labels, cfg.classifier_dropout, sorted(special_token_ids(tokenizer)),
                          cfg.max_len, hybrid=hybrid, ssa_target_weight=o.ssa_target_weight,
                          ssa_share_weight=o.ssa_share_weight, ssa_head_init=o.ssa_head_init, **pooling)
 
 
-def build_ssa_co(cfg, encoder, num_labels: int, tokenizer) -> SSAClassifier:
-    return _build_ssa(cfg, encoder, num_labels, tokenizer, hybrid=False)
+def build_ssa_co(cfg, encoder, task, tokenizer) -> SSAClassifier:
+    return _build_ssa(cfg, encoder, task, tokenizer, hybrid=False)
 
 
-def build_ssa_hybrid(cfg, encoder, num_labels: int, tokenizer) -> SSAClassifier:
-    return _build_ssa(cfg, encoder, num_labels, tokenizer, hybrid=True)
+def build_ssa_hybrid(cfg, encoder, task, tokenizer) -> SSAClassifier:
+    return _build_ssa(cfg, encoder, task, tokenizer, hybrid=True)
 
 
 def ssa_epoch_data(cfg, features: list[dict], context) -> tuple[list[dict], dict]:

@@ -397,9 +397,9 @@ def collate(features: list[dict], pad_id: int = 0) -> dict[str, torch.Tensor]:
     return batch
 
 
-def plain_head(cfg, encoder, num_labels: int, tokenizer) -> MultipleChoiceHead:
+def plain_head(cfg, encoder, task, tokenizer) -> MultipleChoiceHead:
     """Plain fine-tuning's task model: a score per (context, choice) pair, a softmax over the choices."""
-    return MultipleChoiceHead(encoder, num_labels, cfg.classifier_dropout)
+    return MultipleChoiceHead(encoder, task.num_labels, cfg.classifier_dropout)
 
 
 # ----------------------------------------------------------------------------------------------

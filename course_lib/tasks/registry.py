@@ -30,7 +30,8 @@ class TaskFamily:
     encode(examples, tokenizer, cfg, training)     features: dicts of token ids and the label, one or more
                                                    per example (evaluation ones keep what decoding needs)
     collate(features, pad_id)                      a padded batch of tensors, labels under "labels"
-    build_head(cfg, encoder, num_labels, tokenizer)  the plain task model; its forward returns the loss
+    build_head(cfg, encoder, task, tokenizer)      the plain task model of the (bound) task; its forward
+                                                   returns the loss
     decode(task, outputs, features)                predictions from each feature's output row (its logits)
     score(task, predictions, features)             (metrics, a line saying what is degenerate about the
                                                    predictions, or None)

@@ -25,9 +25,9 @@ def encode(examples: list, tokenizer, cfg, training: bool = True) -> list[dict]:
     return glue.encode(examples, tokenizer, cfg.max_len)
 
 
-def plain_head(cfg, encoder, num_labels: int, tokenizer) -> SequenceClassifier:
+def plain_head(cfg, encoder, task, tokenizer) -> SequenceClassifier:
     """Plain fine-tuning's task model: dropout and a linear layer on the pooled [CLS] (Devlin et al. 2019)."""
-    return SequenceClassifier(encoder, num_labels, cfg.classifier_dropout)
+    return SequenceClassifier(encoder, task.num_labels, cfg.classifier_dropout)
 
 
 def decode(task, outputs: list[torch.Tensor], features: list[dict]) -> torch.Tensor:

@@ -80,8 +80,8 @@ def encode(examples: list[squad.QAExample], tokenizer, cfg, training: bool) -> l
     return features
 
 
-def plain_head(cfg, encoder, num_labels: int, tokenizer) -> SpanHead:
-    return SpanHead(encoder, num_labels)
+def plain_head(cfg, encoder, task, tokenizer) -> SpanHead:
+    return SpanHead(encoder, task.num_labels)
 
 
 def _questions(features: list[dict]) -> list[squad.QAExample]:

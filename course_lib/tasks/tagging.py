@@ -276,9 +276,9 @@ def length(feature: dict) -> int:
     return len(feature["input_ids"])
 
 
-def plain_head(cfg, encoder, num_labels: int, tokenizer) -> TokenClassifier:
+def plain_head(cfg, encoder, task, tokenizer) -> TokenClassifier:
     """Plain fine-tuning's tagger: dropout and a linear layer on every token (Devlin et al. 2019, Sec. 5.3)."""
-    return TokenClassifier(encoder, num_labels, cfg.classifier_dropout)
+    return TokenClassifier(encoder, task.num_labels, cfg.classifier_dropout)
 
 
 # ----------------------------------------------------------------------------------------------

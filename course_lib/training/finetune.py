@@ -20,6 +20,7 @@ import math
 import sys
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -32,10 +33,31 @@ from course_lib.errors import UsageError
 from course_lib.model.heads import SequenceClassifier
 from course_lib.training.loop import Job, TrainingLoop, finished_run, open_run
 from course_lib.repro import METRICS, WEIGHTS
-from course_lib.methods.registry import EpochContext, get_method
-from course_lib.tasks.registry import get_family, run_task
+from course_lib.methods.registry import EpochContext, Method, get_method
+from course_lib.tasks.registry import TaskFamily, get_family, run_task
 from course_lib.repro import atomic_write, progress, save_torch, seed_everything
 from course_lib.model.weights import check_runnable, load_pretrained
+
+
+@dataclass(frozen=True)
+class Run:
+    """A fine-tuning run's names resolved once: its config, its task bound to the run's files, the task's
+    family and the run's method. The job, the data and the model read these instead of asking the registries
+    again."""
+
+    cfg: FinetuneConfig
+    task: object
+    family: TaskFamily
+    method: Method
+
+
+def resolve(cfg: FinetuneConfig) -> Run:
+    """The run's task (a missing file or column stops here), family and method (one that does not apply to the
+    task's family stops here), before anything is written."""
+    task = run_task(cfg)
+    method = get_method(cfg.method)
+    method.check_family(task.family)
+    return Run(cfg, task, get_family(task.family), method)
 
 
 def predictions_file(split: str, family) -> str:
@@ -116,7 +138,7 @@ def build_classifier(cfg: FinetuneConfig, encoder, task, tokenizer) -> SequenceC
     """The task model of the run's method for the run's (bound) task: one whose training objective the method
     changes, or the task family's plain head."""
     build = get_method(cfg.method).build_model or get_family(task.family).build_head
-    return build(cfg, encoder, task.num_labels, tokenizer)
+    return build(cfg, encoder, task, tokenizer)
 
 
 def epoch_features(cfg: FinetuneConfig, epoch: int, train: list[dict], model, task, tokenizer,
@@ -148,8 +170,9 @@ def epoch_features(cfg: FinetuneConfig, epoch: int, train: list[dict], model, ta
     return saved["features"], saved["stats"]
 
 
-def batch_loss(model, features: list[dict], pad_id: int, accelerator: Accelerator, family: str = glue.SENTENCE):
+def batch_loss(model, features: list[dict], pad_id: int, accelerator: Accelerator, collate=glue.collate):
     """The batch-mean training loss, with the batch's rows split across processes; returns (loss, stats).
+    collate: the task family's (sentence batches by default).
 
     Each process returns its rows' mean loss * n_p * P / N; averaging gradients across the P processes,
     as DDP does, then gives exactly the single-process gradient of the batch mean, however the rows fall.
@@ -160,7 +183,7 @@ def batch_loss(model, features: list[dict], pad_id: int, accelerator: Accelerato
     weight = len(mine) * P / N
     if not mine:
         mine, weight = features[:1], 0.0
-    batch = _to_device(get_family(family).collate(mine, pad_id), accelerator.device)
+    batch = _to_device(collate(mine, pad_id), accelerator.device)
     extra = {"token_labels": batch["token_labels"]} if "token_labels" in batch else {}
     out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"], **extra)
     return out.loss * weight, out.stats
@@ -189,9 +212,10 @@ class FinetuneJob(Job):
     """Fine-tuning as the training loop sees it: each epoch a shuffled pass over the training set (relabelled
     first by SSA, or partly masked by BERT-mask), the method's loss per batch, the dev metrics at its end."""
 
-    def __init__(self, cfg: FinetuneConfig, task, train: list[dict], dev: dict[str, list[dict]], tokenizer,
-                 out: Path):
-        self.cfg, self.task, self.train, self.dev, self.tokenizer, self.out = cfg, task, train, dev, tokenizer, out
+    def __init__(self, run: Run, train: list[dict], dev: dict[str, list[dict]], tokenizer, out: Path):
+        cfg = run.cfg
+        self.cfg, self.task, self.family, self.method = cfg, run.task, run.family, run.method
+        self.train, self.dev, self.tokenizer, self.out = train, dev, tokenizer, out
         self.segments, self.pad_id = cfg.epochs, tokenizer.pad_token_id
         self.steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
         self.epoch_train, self.epoch_stats = train, {}
@@ -201,17 +225,17 @@ class FinetuneJob(Job):
         loop = self.loop
         self.epoch_train, self.epoch_stats = epoch_features(self.cfg, epoch, self.train, loop.model, self.task,
                                                             self.tokenizer, loop.accelerator, self.out)
-        length = get_family(self.task.family).length
+        length = self.family.length
         return glue.epoch_batches([length(f) for f in self.epoch_train], self.cfg.batch_size, self.cfg.seed,
                                   epoch, shuffle=True, bucket=self.cfg.bucket_by_length)
 
     def clipped_parameters(self, model) -> list | None:
-        return get_method(self.cfg.method).clip_scope(self.cfg, model)
+        return self.method.clip_scope(self.cfg, model)
 
     def loss(self, rows):
         accelerator = self.loop.accelerator
         loss, stats = batch_loss(self.loop.model, [self.epoch_train[i] for i in rows], self.pad_id, accelerator,
-                                 self.task.family)
+                                 self.family.collate)
         value = accelerator.reduce(loss.detach().clone(), reduction="mean").item()  # the same on every process
         return loss, value, {"loss": value, "stats": stats}
 
@@ -246,9 +270,9 @@ class FinetuneJob(Job):
 
     def save_final(self) -> None:
         atomic_write(self.out / WEIGHTS, lambda f: f.write(safetensors_save(self.loop.base.state_dict())))
-        family = get_family(self.task.family)
         for split, (predictions, scores) in self.predictions.items():
-            family.write_predictions(self.out / predictions_file(split, family), self.task, predictions, scores)
+            self.family.write_predictions(self.out / predictions_file(split, self.family), self.task, predictions,
+                                          scores)
 
 
 def finetune(cfg: FinetuneConfig) -> dict:
@@ -257,8 +281,8 @@ def finetune(cfg: FinetuneConfig) -> dict:
     done = finished_run(out, cfg)
     if done is not None:
         return done  # the same command after completion costs nothing
-    task = run_task(cfg)  # the preset bound to the run's files: a missing file or column stops here
-    get_method(cfg.method).check_family(task.family)  # an unknown method, or one that does not apply to the task
+    run = resolve(cfg)
+    task = run.task
     check_runnable(cfg)  # fp16 without a GPU, sequences longer than the model's positions
     accelerator = open_run(cfg, out)
     seed_everything(cfg.seed)
@@ -267,10 +291,10 @@ def finetune(cfg: FinetuneConfig) -> dict:
         accelerator.print(note)
     encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
     model = build_classifier(cfg, encoder, task, tokenizer)
-    encode = get_family(task.family).encode
+    encode = run.family.encode
     train = encode(train_examples, tokenizer, cfg, training=True)
     dev = {s: encode(ex, tokenizer, cfg, training=False) for s, ex in dev_examples.items()}
-    job = FinetuneJob(cfg, task, train, dev, tokenizer, out)
+    job = FinetuneJob(run, train, dev, tokenizer, out)
     total_steps = job.steps_per_epoch * cfg.epochs
     return TrainingLoop(cfg, out, accelerator, model, total_steps, round(cfg.warmup_ratio * total_steps)).run(job)
 

@@ -184,6 +184,7 @@ class MultitaskJob(Job):
                  out: Path):
         self.cfg, self.tasks, self.train, self.dev, self.tokenizer, self.out = cfg, tasks, train, dev, tokenizer, out
         self.views = {t.name: task_config(cfg, t.name) for t in tasks}
+        self.families = {t.name: get_family(t.family) for t in tasks}
         self.segments, self.pad_id = cfg.epochs, tokenizer.pad_token_id
         self.steps_per_epoch = sum(math.ceil(len(train[t.name]) / cfg.batch_size) for t in tasks)
         self.epoch_train, self.epoch_stats = {}, {}
@@ -195,7 +196,7 @@ class MultitaskJob(Job):
                 self.epoch_train[t.name], self.epoch_stats[t.name] = epoch_features(
                     self.views[t.name], epoch, self.train[t.name], loop.base.heads[t.name], t, self.tokenizer,
                     loop.accelerator, self.out / t.name)
-        lengths = [[get_family(t.family).length(f) for f in self.epoch_train[t.name]] for t in self.tasks]
+        lengths = [[self.families[t.name].length(f) for f in self.epoch_train[t.name]] for t in self.tasks]
         return epoch_plan(cfg.schedule, lengths, cfg.batch_size, cfg.seed, epoch, cfg.epochs, cfg.schedule_alpha_end, cfg.bucket_by_length)
 
     def loss(self, item):
@@ -203,7 +204,7 @@ class MultitaskJob(Job):
         name = task.name
         with self.loop.accelerator.autocast():
             loss, stats = batch_loss(self.loop.base.heads[name], [self.epoch_train[name][i] for i in rows],
-                                     self.pad_id, self.loop.accelerator, task.family)
+                                     self.pad_id, self.loop.accelerator, self.families[name].collate)
         totals = self.loop.state.setdefault("epoch_totals", {}).setdefault(name, {"steps": 0, "loss": 0.0})
         totals["steps"] += 1  # skipped steps count too: the task's share of the epoch
         value = loss.item()
