@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import re
 import sys
@@ -92,59 +93,97 @@ def build_parser() -> argparse.ArgumentParser:
                                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         _add_config_options(command, config_cls)
     _add_bench_parser(commands)
+    parser.subcommands = commands.choices  # each command's parser, for the error that lists its options
     return parser
 
 
+# Each bench: its help line, the module whose main(args) runs it, and the options it reads (flag: argparse
+# keywords). A bench takes only its own options, so `bench squad --seq-lens 64` is refused, not ignored.
+_MODEL = {"--model": dict(default=None, help="BERT folder or hub id (default: the packaged MiniLM)")}
+_JSON = {"--json": dict(action="store_true", help="print JSON instead of a markdown table")}
+_THREADS = {"--threads": dict(type=int, default=None, help="torch threads (default: torch's choice); 1 is steadier "
+                                                             "on cores other jobs share")}
+BENCHES = {
+    "speed": ("our encoder vs Hugging Face's BertModel, and the span-QA and tagging heads vs transformers'",
+              "course_lib.bench.suite", {
+                  **_MODEL, **_JSON, **_THREADS, "--batch-size": dict(type=int, default=32),
+                  "--seq-lens": dict(type=int, nargs="+", default=None, help="sequence lengths (default: 64 128)"),
+                  "--repeats": dict(type=int, default=10, help="timed repeats"),
+                  "--qa-batch-size": dict(type=int, default=8, help="questions per batch of the span-QA case")}),
+    "methods": ("each method's training step vs vanilla (AG vs MLM), and SSA's label generation",
+                "course_lib.bench.suite", {
+                    **_MODEL, **_JSON, **_THREADS, "--batch-size": dict(type=int, default=32),
+                    "--seq-lens": dict(type=int, nargs="+", default=None, help="the sequence length (default: 64)"),
+                    "--repeats": dict(type=int, default=10, help="timed repeats"),
+                    "--fast-kernels": dict(action=argparse.BooleanOptionalAction, default=True,
+                                           help="swap the CPU kernels in (course_lib.fast.optimize) as training does"),
+                    "--epoch-examples": dict(type=int, default=512, help="sentences in the SSA epoch"),
+                    "--glue-dir": dict(default=None, help="SST-2 sentences from here (default: $GLUE_DIR, else "
+                                                          "data/glue)")}),
+    "sparsemax": ("our sparsemax vs entmax's", "course_lib.bench.suite", {
+        **_JSON, **_THREADS, "--batch-size": dict(type=int, default=32),
+        "--seq-lens": dict(type=int, nargs="+", default=None, help="the sequence length (default: 128)"),
+        "--repeats": dict(type=int, default=10, help="timed repeats")}),
+    "diagnostics": ("shortcut reliance and precision@k on synthetic data with ground truth",
+                    "course_lib.bench.diagnostics", {
+                        **_MODEL, **_JSON,
+                        "--methods": dict(default=None, help="comma list (default: all fine-tuning methods)"),
+                        "--seeds": dict(default="0,1,2", help="comma list of seeds"),
+                        "--quick": dict(action="store_true", help="the smoke budget (tiny data, for tests)"),
+                        "--output-dir": dict(default=None, help="run folders, reused if there (default "
+                                                                "runs/diagnostics)")}),
+    "reproduce": ("a grid of every method vs vanilla over seeds, paired tests", "course_lib.experiments.reproduce", {
+        "--grid": dict(default=None, help="the sweep grid (default ci/grids/cpu_reproduction.yaml)"),
+        "--report": dict(default=None, help="where the report goes (default results/cpu_reproduction.md)"),
+        "--output-dir": dict(default=None, help="run folders, reused if there (default runs/sweep/<grid name>)"),
+        "--shard": dict(default=None, metavar="I/N", help="run only the I-th of N parts"),
+        "--archive": dict(default=None, metavar="DIR",
+                          help="the results archive, where each run's metrics.json (only that file) is copied as "
+                               "the run completes, DIR/<run folder>/metrics.json (default: runs/<grid name> beside "
+                               "the report, results/runs/cpu_reproduction)"),
+        "--from-archive": dict(action="store_true", help="rebuild the report from the archive (--archive) alone, "
+                                                         "running nothing")}),
+    "squad": ("our span-QA fine-tuning vs BertForQuestionAnswering on a by-article split of SQuAD v1.1 dev",
+              "course_lib.bench.squad_reference", {
+                  **_MODEL, **_JSON,
+                  "--squad-file": dict(default=None, help="the SQuAD v1.1 dev file to split by article (default: "
+                                                          "$SQUAD_DIR, else data/squad)"),
+                  "--train-questions": dict(type=int, default=2000,
+                                            help="a seeded subset of the training articles' questions (0: all)"),
+                  "--epochs": dict(type=int, default=None, help="training epochs (default 2)"),
+                  "--output-dir": dict(default=None, help="run folders, reused if there (default "
+                                                          "runs/bench/squad)")}),
+    "reference": ("our tagging / multiple-choice fine-tuning vs transformers'", "course_lib.bench.family_reference", {
+        **_MODEL, **_JSON,
+        "--task": dict(default=None, help="wnut17 (data/ or WNUT17_DIR) or dream (DREAM_DIR)"),
+        "--seeds": dict(default="0,1,2", help="comma list of seeds"),
+        "--epochs": dict(type=int, default=None, help="training epochs (default: the task's budget)"),
+        "--output-dir": dict(default=None, help="run folders, reused if there (default "
+                                                "runs/bench/reference/<task>)")}),
+    "memory": ("peak resident memory of fine-tuning, ours vs transformers'", "course_lib.bench.memory", {
+        **_MODEL, **_JSON, "--repeats": dict(type=int, default=10, help="training steps per run")}),
+}
+
+
+class _DefaultsWhereUseful(argparse.ArgumentDefaultsHelpFormatter):
+    """Adds "(default: X)" to an option's help unless the help already says it or X is None or False."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False) or "(default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def _add_bench_parser(commands) -> None:
-    """`bench WHAT`: the measurements, each a choice of WHAT with the options it reads."""
-    bench = commands.add_parser("bench", help="benchmarks, measured side by side in one process")
-    bench.add_argument("what", choices=["speed", "methods", "sparsemax", "diagnostics", "reproduce", "squad",
-                                        "reference", "memory"],
-                       help="speed: our encoder vs Hugging Face's BertModel; methods: each method's training step "
-                            "vs vanilla (AG vs MLM) and SSA's label generation; sparsemax: ours vs entmax; "
-                            "diagnostics: shortcut reliance and precision@k on synthetic data with ground truth; "
-                            "reproduce: a grid (--grid) of every method vs vanilla over seeds, paired tests; "
-                            "reference: our tagging / multiple-choice fine-tuning vs transformers' (--task); "
-                            "memory: peak resident memory of fine-tuning, ours vs transformers'")
-    bench.add_argument("--task", default=None, help="reference: wnut17 (data/ or WNUT17_DIR) or dream (DREAM_DIR)")
-    bench.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
-    bench.add_argument("--model", default=None, help="BERT folder or hub id (default: the packaged MiniLM)")
-    bench.add_argument("--batch-size", type=int, default=32)
-    bench.add_argument("--seq-lens", type=int, nargs="+", default=None,
-                       help="speed: 64 128; methods: 64; sparsemax: 128 (the first length only)")
-    bench.add_argument("--repeats", type=int, default=10, help="timed repeats (memory: training steps per run)")
-    bench.add_argument("--qa-batch-size", type=int, default=8, help="speed: questions per batch of the span-QA case")
-    bench.add_argument("--squad-file", default=None, help="squad: the SQuAD v1.1 dev file to split by article "
-                                                          "(default: $SQUAD_DIR, else data/squad)")
-    bench.add_argument("--train-questions", type=int, default=2000,
-                       help="squad: a seeded subset of the training articles' questions (0: all of them)")
-    bench.add_argument("--epochs", type=int, default=None,
-                       help="squad, reference: training epochs (default: squad 2; reference the task's budget)")
-    bench.add_argument("--fast-kernels", action=argparse.BooleanOptionalAction, default=True,
-                       help="methods: swap the CPU kernels in (course_lib.fast.optimize) as training does; "
-                            "speed times both forms side by side")
-    bench.add_argument("--epoch-examples", type=int, default=512, help="methods: sentences in the SSA epoch")
-    bench.add_argument("--glue-dir", default=None,
-                       help="methods: SST-2 sentences from here (default: $GLUE_DIR, else data/glue)")
-    bench.add_argument("--threads", type=int, default=None,
-                       help="torch threads (default: torch's choice); 1 is steadier on cores other jobs share")
-    bench.add_argument("--methods", default=None, help="diagnostics: comma list (default: all fine-tuning methods)")
-    bench.add_argument("--seeds", default="0,1,2", help="diagnostics, reference: comma list of seeds")
-    bench.add_argument("--quick", action="store_true", help="diagnostics: the smoke budget (tiny data, for tests)")
-    bench.add_argument("--output-dir", default=None,
-                       help="diagnostics, reproduce, squad, reference: run folders, reused if there (default "
-                            "runs/diagnostics, runs/sweep/<grid name>, runs/bench/squad, runs/bench/reference/<task>)")
-    bench.add_argument("--grid", default=None,
-                       help="reproduce: the sweep grid (default ci/grids/cpu_reproduction.yaml)")
-    bench.add_argument("--report", default=None, help="reproduce: where the report goes "
-                                                      "(default results/cpu_reproduction.md)")
-    bench.add_argument("--shard", default=None, metavar="I/N", help="reproduce: run only the I-th of N parts")
-    bench.add_argument("--archive", default=None, metavar="DIR",
-                       help="reproduce: the results archive, where each run's metrics.json (only that file) is "
-                            "copied as the run completes, DIR/<run folder>/metrics.json (default: runs/<grid "
-                            "name> beside the report, results/runs/cpu_reproduction)")
-    bench.add_argument("--from-archive", action="store_true",
-                       help="reproduce: rebuild the report from the archive (--archive) alone, running nothing")
+    """`bench WHAT`: one sub-command per measurement, each with the options it reads."""
+    bench = commands.add_parser("bench", help="benchmarks, measured side by side in one process",
+                                description="benchmarks, measured side by side in one process")
+    benches = bench.add_subparsers(dest="what", metavar="WHAT", parser_class=Parser, required=True)
+    for name, (what, _, options) in BENCHES.items():
+        sub = benches.add_parser(name, help=what, description=what, formatter_class=_DefaultsWhereUseful)
+        for flag, keywords in options.items():
+            sub.add_argument(flag, **keywords)
+    bench.subcommands = benches.choices
 
 
 CONFIGS = {"finetune": FinetuneConfig, "pretrain": PretrainConfig, "multitask": MultitaskConfig}
@@ -185,42 +224,29 @@ def run(argv: list[str]) -> int:
     namespace, extra = parser.parse_known_args(dashed(argv))
     args = vars(namespace)
     command = args.pop("command")
-    commands = parser._subparsers._group_actions[0].choices
     if command is None:
-        raise UsageError(f"missing command (valid: {', '.join(sorted(commands))})")
+        raise UsageError(f"missing command (valid: {', '.join(sorted([*CONFIGS, 'bench']))})")
     if extra:
-        raise UsageError(f"unknown option {extra[0]!r} for {command} "
-                         f"(valid: {', '.join(commands[command].options())})")
+        where = f"bench {namespace.what}" if command == "bench" else command
+        raise UsageError(f"unknown option {extra[0]!r} for {where} (valid: {', '.join(_options_of(parser, argv))})")
     memory_mode()  # an unknown ATTENTION_LAB_KEEP_FREED_MEMORY stops here, before anything runs
     if command in CONFIGS:
         cfg = CONFIGS[command].from_dict(args)
         keep_freed_memory(cfg.batch_size, cfg.max_len)  # this process's malloc, never a notebook kernel's
         print(json.dumps(_train(command, cfg), sort_keys=True))
-    elif command == "bench" and namespace.what == "reproduce":
-        from course_lib.experiments import reproduce
+        return 0
+    module = importlib.import_module(BENCHES[namespace.what][1])
+    return module.main(namespace) or 0
 
-        return reproduce.main(namespace)
-    elif command == "bench" and namespace.what == "squad":
-        from course_lib.bench import squad_reference
 
-        squad_reference.main(namespace)
-    elif command == "bench" and namespace.what == "reference":
-        from course_lib.bench import family_reference
-
-        family_reference.main(namespace)
-    elif command == "bench" and namespace.what == "memory":
-        from course_lib.bench import memory
-
-        memory.main(namespace)
-    elif command == "bench" and namespace.what == "diagnostics":
-        from course_lib.bench import diagnostics
-
-        diagnostics.main(namespace)
-    elif command == "bench":
-        from course_lib.bench import suite as bench
-
-        bench.main(namespace)
-    return 0
+def _options_of(parser, argv: list[str]) -> list[str]:
+    """The options of the (sub-)command that argv names (`finetune`, `bench squad`): what an unknown option's
+    error lists. build_parser keeps each parser's sub-commands in its `subcommands`."""
+    for word in (arg for arg in dashed(argv) if not arg.startswith("-")):
+        if word not in getattr(parser, "subcommands", {}):
+            break
+        parser = parser.subcommands[word]
+    return parser.options()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -214,3 +214,23 @@ def test_a_checkpoint_with_another_activation_is_refused_in_one_line(tiny_model_
     assert cli.main(["finetune", "--model", str(model), "--glue-dir", str(tmp_path / "none")]) == 2
     assert f"{model / 'config.json'} has hidden_act 'relu'; this BERT implements gelu only (valid: gelu)" in \
         one_line(capsys)
+
+
+# ----------------------------------------------------------------------------------------------
+# bench: one sub-command per measurement, each with its own options
+
+
+def test_each_bench_takes_only_its_own_options(capsys):
+    assert cli.main(["bench", "squad", "--seq-lens", "64"]) == 2
+    err = one_line(capsys)
+    assert "unknown option '--seq-lens' for bench squad (valid: --epochs, --json, --model, --output-dir" in err
+    assert cli.main(["bench", "memory", "--grid", "x.yaml"]) == 2
+    assert "unknown option '--grid' for bench memory (valid: --json, --model, --repeats)" in one_line(capsys)
+
+
+@pytest.mark.parametrize("what", sorted(cli.BENCHES))
+def test_each_bench_lists_its_options_in_its_help(what, capsys, monkeypatch):
+    text = help_text(["bench", what, "--help"], capsys, monkeypatch)
+    flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", text.split("\noptions:", 1)[1])) - {"--help"}
+    declared = set(cli.BENCHES[what][2])
+    assert declared <= flags and {f for f in flags if not f.startswith("--no-")} <= declared
