@@ -13,7 +13,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from course_lib.tasks import glue
+from course_lib.tasks import batching, glue
 
 VANILLA_SST2 = 0.75
 MULTITASK_STSB_PEARSON = 0.5
@@ -22,7 +22,7 @@ PAPER_NOTEBOOKS = ("01_", "02_", "03_", "04_", "05_")
 
 def majority_share(cfg: dict) -> float:
     """The share of the commonest label among the SST-2 dev sentences a run scored (its seeded cap)."""
-    dev = glue.subsample(glue.load_split("sst2", "dev"), cfg.get("max_eval_samples"), cfg["seed"])
+    dev = batching.subsample(glue.load_split("sst2", "dev"), cfg.get("max_eval_samples"), cfg["seed"])
     return Counter(ex.label for ex in dev).most_common(1)[0][1] / len(dev)
 
 

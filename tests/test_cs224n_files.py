@@ -10,7 +10,7 @@ import pytest
 
 from course_lib import cli
 from course_lib.errors import UsageError
-from course_lib.tasks import cs224n, glue
+from course_lib.tasks import cs224n, sentence
 from course_lib.tasks.registry import TASKS, get_task, run_task
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
@@ -79,7 +79,7 @@ def test_the_presets_are_registered_with_their_kind():
 
 def test_sst_reads_texts_with_quotes_undone_labels_and_ids(tmp_path):
     examples = load(course_folder(tmp_path / "data"), "cs224n_sst")
-    assert all(isinstance(ex, glue.Example) for ex in examples)
+    assert all(isinstance(ex, sentence.Example) for ex in examples)
     assert [(ex.texts, ex.label, ex.id) for ex in examples] == [
         ((UNQUOTED,), 3, "sst-a1"), (("Plain and dull.",), 0, "sst-b2"), (("Superb!",), 4, "sst-c3")]
 

@@ -14,7 +14,7 @@ from course_lib import cli
 from course_lib.model.pair_heads import SeparatePairClassifier, encode_separately, split_packed_pair
 from course_lib.model.weights import load_pretrained
 from course_lib.repro import seed_everything
-from course_lib.tasks import cs224n, glue
+from course_lib.tasks import cs224n, sentence
 from course_lib.training import cs224n_project
 from course_lib.training.config import MultitaskConfig
 from course_lib.training.multitask import build_multitask, train_multitask
@@ -60,8 +60,8 @@ def test_overall_scores_are_the_reports_mean_and_the_leaderboards():
 
 def test_a_separately_encoded_pair_splits_back_into_each_sentence_alone(tiny_model_dir):
     _, tokenizer = load_pretrained(str(tiny_model_dir))
-    examples = [glue.Example(pair, 1) for pair in PAIRS]
-    batch = glue.collate(encode_separately(examples, tokenizer, 12), tokenizer.pad_token_id)
+    examples = [sentence.Example(pair, 1) for pair in PAIRS]
+    batch = sentence.collate(encode_separately(examples, tokenizer, 12), tokenizer.pad_token_id)
     ids, mask = split_packed_pair(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
     alone = [tokenizer(text, truncation=True, max_length=12)["input_ids"] for side in zip(*PAIRS) for text in side]
     assert [row[m.bool()].tolist() for row, m in zip(ids, mask)] == alone
@@ -87,8 +87,9 @@ def test_the_course_interface_agrees_with_the_runs_own_evaluation(tiny_model_dir
     model = cs224n_project.CourseModel(build_multitask(cfg, encoder, tokenizer), tokenizer.pad_token_id).eval()
     sides = [tokenizer(list(side), padding=True, return_tensors="pt") for side in zip(*PAIRS)]
     args = (sides[0]["input_ids"], sides[0]["attention_mask"], sides[1]["input_ids"], sides[1]["attention_mask"])
-    encode = encode_separately if pair_encoding == "separate" else glue.encode
-    batch = glue.collate(encode([glue.Example(pair, 0.0) for pair in PAIRS], tokenizer, 32), tokenizer.pad_token_id)
+    encode = encode_separately if pair_encoding == "separate" else sentence.encode_examples
+    examples = [sentence.Example(pair, 0.0) for pair in PAIRS]
+    batch = sentence.collate(encode(examples, tokenizer, 32), tokenizer.pad_token_id)
     inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
     with torch.no_grad():
         para, sts = model.model.heads["cs224n_para"](*inputs).logits, model.model.heads["cs224n_sts"](*inputs).logits

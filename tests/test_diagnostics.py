@@ -7,7 +7,7 @@ from transformers import BertTokenizerFast
 
 from course_lib.bench import diagnostics as d
 from course_lib.cli import main
-from course_lib.tasks.glue import Example, encode
+from course_lib.tasks.sentence import Example, encode_examples as encode
 
 
 @pytest.fixture(scope="module")

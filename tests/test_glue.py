@@ -13,16 +13,9 @@ import torch
 
 from course_lib.errors import UsageError
 from course_lib.tasks import local_data
-from course_lib.tasks.glue import (
-    GLUE_TASKS,
-    Example,
-    collate,
-    encode,
-    epoch_batches,
-    get_task,
-    load_split,
-    subsample,
-)
+from course_lib.tasks.batching import epoch_batches, subsample
+from course_lib.tasks.glue import GLUE_TASKS, get_task, load_split
+from course_lib.tasks.sentence import Example, collate, encode_examples as encode
 
 # ----------------------------------------------------------------------------------------------
 # Registry

@@ -110,14 +110,14 @@ def test_no_training_code_tests_a_method_name():
 
 def test_the_mean_pool_control_reads_the_mean_of_real_tokens_whatever_the_padding(tiny_model_dir):
     """mean-pool's head: linear(mean over the unpadded tokens' last hidden states); extra padding changes nothing."""
-    from course_lib.tasks import glue
+    from course_lib.tasks import glue, sentence
 
     encoder, tokenizer = load_pretrained(str(tiny_model_dir))
     sst2 = glue.get_task("sst2")
     model = get_method("mean-pool").build_model(FinetuneConfig(method="mean-pool"), encoder, sst2, tokenizer).eval()
-    features = glue.encode([glue.Example(("a fine film",), 1), glue.Example(("dull, and far too long",), 0)],
-                           tokenizer, 32)
-    batch = glue.collate(features, tokenizer.pad_token_id)
+    examples = [sentence.Example(("a fine film",), 1), sentence.Example(("dull, and far too long",), 0)]
+    features = sentence.encode_examples(examples, tokenizer, 32)
+    batch = sentence.collate(features, tokenizer.pad_token_id)
     with torch.no_grad():
         logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
         for i, f in enumerate(features):

@@ -14,7 +14,7 @@ import pytest
 from course_lib import cli
 from course_lib.errors import UsageError
 from course_lib.methods.registry import METHODS
-from course_lib.tasks import glue, sentence_files
+from course_lib.tasks import batching, glue, sentence_files
 from course_lib.tasks.registry import get_task, run_task
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
@@ -336,7 +336,7 @@ def sst5_from_sst2(glue_dir, n_train, n_dev):
     splits come from train, disjoint): up to 2 words -> 2; else the sentiment, split by length (up to 8 words:
     1 negative, 3 positive; longer: 0 negative, 4 positive)."""
     rows = []
-    for ex in glue.subsample(glue.load_split("sst2", "train", glue_dir), n_train + n_dev, seed=0):
+    for ex in batching.subsample(glue.load_split("sst2", "train", glue_dir), n_train + n_dev, seed=0):
         words = len(ex.texts[0].split())
         label = 2 if words <= 2 else (3 if ex.label else 1) if words <= 8 else (4 if ex.label else 0)
         rows.append((ex.texts[0], str(label)))
@@ -366,7 +366,7 @@ def test_minilm_learns_a_pair_regression_csv_made_from_stsb(glue_dir, minilm_dir
     regression head starts near their mean, so the few steps go to the signal, not to learning the offset."""
     def copy(split, n):
         rows = [(*ex.texts, f"{ex.label - 2.5:.3f}")
-                for ex in glue.subsample(glue.load_split("stsb", split, glue_dir), n, seed=0)]
+                for ex in batching.subsample(glue.load_split("stsb", split, glue_dir), n, seed=0)]
         return write_delimited(tmp_path / f"{split}.csv", ["left", "right", "similarity"], rows, ",")
 
     cfg = custom_cfg(tmp_path, copy("train", 256), copy("dev", 128), task_type="regression",

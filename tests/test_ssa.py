@@ -166,7 +166,7 @@ def test_bf16_probe_runs_only_the_probes_in_bfloat16(tiny_model_dir, keyword_glu
     """--ssa-probe-bf16: every probe's matmuls run in bfloat16, the training step after it in fp32."""
     from accelerate import Accelerator
 
-    from course_lib.tasks import glue
+    from course_lib.tasks import glue, sentence
     from course_lib.training.config import FinetuneConfig
     from course_lib.training.finetune import build_classifier, encoder_overrides, epoch_features, predict
     from course_lib.model.weights import load_pretrained
@@ -178,7 +178,7 @@ def test_bf16_probe_runs_only_the_probes_in_bfloat16(tiny_model_dir, keyword_glu
                                             ssa_probe_bf16=bf16))
         encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
         model = build_classifier(cfg, encoder, task, tokenizer)
-        train = glue.encode(glue.load_split(task, "train", str(keyword_glue)), tokenizer, cfg.max_len)
+        train = sentence.encode_examples(glue.load_split(task, "train", str(keyword_glue)), tokenizer, cfg.max_len)
         own = predict(model, train, 64, Accelerator(cpu=True), tokenizer.pad_token_id, task).long().tolist()
         train = [{**f, "label": y} for f, y in zip(train, own)]  # gold = the model's own class: every one is probed
         seen = []
@@ -187,7 +187,7 @@ def test_bf16_probe_runs_only_the_probes_in_bfloat16(tiny_model_dir, keyword_glu
         assert stats["probes"] > 0
         dtypes[bf16] = set(seen)
         seen.clear()
-        batch = glue.collate(train[:4], tokenizer.pad_token_id)
+        batch = sentence.collate(train[:4], tokenizer.pad_token_id)
         model.train()(batch["input_ids"], batch["attention_mask"], labels=batch["labels"])
         assert set(seen) == {torch.float32}  # no autocast left behind for training
     assert dtypes == {False: {torch.float32}, True: {torch.bfloat16}}

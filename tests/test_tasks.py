@@ -44,7 +44,7 @@ class WordCountTask:
 def read_by_length(task, split, cfg):
     """The toy family's reader: the sentences of the SST-2 files, labelled by their length."""
     rows = glue.load_split("sst2", split, cfg.glue_dir)
-    return [glue.Example(ex.texts, int(len(ex.texts[0].split()) > task.threshold)) for ex in rows]
+    return [sentence.Example(ex.texts, int(len(ex.texts[0].split()) > task.threshold)) for ex in rows]
 
 
 def score_errors(task, predictions, features):
@@ -59,7 +59,7 @@ def write_json(path, task, predictions, scores):
 @pytest.fixture
 def toy_family():
     family = register_family(TaskFamily(
-        "toy-length", "a toy family", read=read_by_length, encode=sentence.encode, collate=glue.collate,
+        "toy-length", "a toy family", read=read_by_length, encode=sentence.encode, collate=sentence.collate,
         build_head=sentence.plain_head, decode=sentence.decode, score=score_errors, write_predictions=write_json,
         predictions_suffix="json"))
     task = WordCountTask()

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from course_lib.tasks import glue
+from course_lib.tasks import batching, glue, sentence
 from course_lib.training.config import FinetuneConfig
 from course_lib.methods.registry import METHODS, get_method
 from course_lib.tasks.metrics import paired_t_test
@@ -124,7 +124,7 @@ def write_glue_folder(root: Path, train: list[Sentence], dev: list[Sentence]) ->
 
 
 def wordpiece_positions(sentences: list[Sentence], tokenizer, max_len: int) -> list[list[int]]:
-    """Wordpiece positions of each sentence's planted words, as `glue.encode` tokenises it (with [CLS])."""
+    """Wordpiece positions of each sentence's planted words, as `sentence.encode_examples` tokenises it (with [CLS])."""
     enc = tokenizer([s.text for s in sentences], truncation=True, max_length=max_len)
     return [[i for i, w in enumerate(enc.word_ids(b)) if w is not None and w in s.planted]
             for b, s in enumerate(sentences)]
@@ -155,7 +155,7 @@ def token_rankings(model, features: list[dict], special_ids: list[int], pad_id: 
     model.eval()
     out = {"candidates": [], "cls_last": [], "cls_layers": [], "ssa": []}
     for start in range(0, len(features), batch_size):
-        batch = glue.collate(features[start:start + batch_size], pad_id)
+        batch = sentence.collate(features[start:start + batch_size], pad_id)
         enc = model.encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
                             output_attentions=True)
         from_cls = torch.stack([a[:, :, 0, :].float().mean(1) for a in enc.attentions])  # (layers, B, L)
@@ -227,7 +227,7 @@ def one_run(task: str, method: str, seed: int, budget: Budget, root: Path, model
                          seed=seed, method=method)
     finetune(cfg)
     net, tokenizer = load_finetuned(run_dir)
-    feats = {k: glue.encode([glue.Example((s.text,), s.label) for s in v], tokenizer, budget.max_len)
+    feats = {k: sentence.encode_examples([sentence.Example((s.text,), s.label) for s in v], tokenizer, budget.max_len)
              for k, v in evals.items()}
     result = {"task": task, "method": method, "seed": seed}
     if task == "shortcut":
@@ -238,7 +238,8 @@ def one_run(task: str, method: str, seed: int, budget: Budget, root: Path, model
         result["reliance"] = result["clean"] - result["anti"]
     else:
         truth = wordpiece_positions(evals["dev"], tokenizer, budget.max_len)
-        ranked = token_rankings(net, feats["dev"], sorted(glue.special_token_ids(tokenizer)), tokenizer.pad_token_id)
+        special = sorted(batching.special_token_ids(tokenizer))
+        ranked = token_rankings(net, feats["dev"], special, tokenizer.pad_token_id)
         for name in ("cls_last", "cls_layers", "ssa"):
             if ranked[name][0] is not None:
                 result[f"p@k_{name}"] = float(np.mean([precision_at_k(s, t, c) for s, t, c in

@@ -22,7 +22,7 @@ from course_lib.errors import UsageError, choice_error
 from course_lib.methods.registry import METHODS, Method, register
 from course_lib.model.heads import ClassifierOutput
 from course_lib.model.weights import resolve_model_dir
-from course_lib.tasks.glue import subsample
+from course_lib.tasks.batching import subsample
 from course_lib.tasks.multiple_choice import MULTIPLE_CHOICE
 from course_lib.tasks.registry import get_family, get_task, run_task
 from course_lib.tasks.tagging import TAGGING

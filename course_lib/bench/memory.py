@@ -51,7 +51,7 @@ CASES = {"sst2": MemoryCase("SST-2", 128, 32, "BertForSequenceClassification"),
 def _features(case: str, tokenizer, max_len: int) -> tuple[list[dict], object]:
     """The shipped data as finetune encodes it, and the collate function for its batches."""
     from course_lib.errors import UsageError
-    from course_lib.tasks import glue, local_data, squad
+    from course_lib.tasks import glue, local_data, sentence, squad
 
     env = "GLUE_DIR" if case == "sst2" else "SQUAD_DIR"
     folder = local_data.data_folder(env)
@@ -59,7 +59,7 @@ def _features(case: str, tokenizer, max_len: int) -> tuple[list[dict], object]:
         raise UsageError(f"bench memory reads the repository's data/ folder or ${env}; neither is here")
     if case == "sst2":
         examples = glue.load_split("sst2", "train", folder)[:8000]
-        return glue.encode(examples, tokenizer, max_len), glue.collate
+        return sentence.encode_examples(examples, tokenizer, max_len), sentence.collate
     examples = squad.read_squad(folder / "dev-v1.1.json")[:600]
     return squad.encode_squad(examples, tokenizer, max_len, 128), squad.collate_squad
 
@@ -95,7 +95,7 @@ def run_one(case: str, who: str, steps: int, eval_batches: int, model_name=None)
 
     from course_lib.model.weights import load_tokenizer, resolve_model_dir
     from course_lib.repro import seed_everything
-    from course_lib.tasks.glue import epoch_batches
+    from course_lib.tasks.batching import epoch_batches
     from course_lib.training.loop import guarded_step, param_groups
 
     spec = CASES[case]

@@ -23,7 +23,7 @@ from course_lib.methods.registry import METHODS, Method, register
 from course_lib.model.heads import ClassifierOutput, SpanHead
 from course_lib.model.weights import resolve_model_dir
 from course_lib.tasks import local_data, squad
-from course_lib.tasks.glue import subsample
+from course_lib.tasks.batching import subsample
 from course_lib.tasks.span_qa import SPAN_QA
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune

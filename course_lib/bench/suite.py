@@ -267,14 +267,14 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
     """
     from accelerate import Accelerator
 
-    from course_lib.tasks import glue
+    from course_lib.tasks import batching
     from course_lib.training.config import PretrainConfig
 
     load_before = machine_load()
     keep_freed_memory(batch_size, seq_len)  # as the command line does for finetune and pretrain at this batch
     accelerator = Accelerator(cpu=True)
     lines, source = text_lines(glue_dir)
-    lines = glue.subsample(lines, 4 * epoch_examples + 64 * batch_size, seed=0)
+    lines = batching.subsample(lines, 4 * epoch_examples + 64 * batch_size, seed=0)
     steps, saved, contestants, tokenizer = _finetune_contestants(model_name, lines, batch_size, seq_len, accelerator,
                                                                  fast_kernels)
     pcfg = pretrain_config or PretrainConfig(max_len=seq_len, batch_size=batch_size, fast_kernels=fast_kernels)
@@ -300,7 +300,7 @@ def _finetune_contestants(model_name, lines: list[str], batch_size: int, seq_len
                           fast_kernels: bool = True):
     """(steps, saved activation bytes, (cfg, model, optimizer, tokenizer) by method, tokenizer) for every
     fine-tuning method, each model built as finetune builds it and stepped on the same batch at lr 0."""
-    from course_lib.tasks import glue
+    from course_lib.tasks import batching, glue
     from course_lib.training.config import FinetuneConfig
     from course_lib.training.loop import param_groups
     from course_lib.methods.registry import get_method
@@ -321,7 +321,7 @@ def _finetune_contestants(model_name, lines: list[str], batch_size: int, seq_len
         model.train()
         features = plain_features = plain_features or fixed_length_features(lines, tokenizer, batch_size, seq_len)
         if get_method(method).token_labels:  # epoch-0 token labels: the SSA loss runs; its values do not matter
-            special = glue.special_token_ids(tokenizer)
+            special = batching.special_token_ids(tokenizer)
             features = [{**f, "token_labels": default_token_labels(f, special)} for f in features]
         contestants[method] = (cfg, model, optimizer, tokenizer)
         steps[method] = (lambda m=model, o=optimizer, f=features, c=cfg, t=tokenizer:
@@ -378,11 +378,11 @@ def _method_rows(times: dict, saved: dict) -> list[dict]:
 def _ssa_label_share(cfg, model, optimizer, tokenizer, lines: list[str], epoch: int, repeats: int,
                      accelerator) -> dict:
     """Label generation of one SSA epoch (`finetune.epoch_features`) against the training of that epoch's set."""
-    from course_lib.tasks import glue
+    from course_lib.tasks import batching, glue, sentence
     from course_lib.training.finetune import epoch_features, predict
 
     task = glue.get_task(cfg.task)
-    train = glue.encode([glue.Example((line,), 0) for line in lines], tokenizer, cfg.max_len)
+    train = sentence.encode_examples([sentence.Example((line,), 0) for line in lines], tokenizer, cfg.max_len)
     own = predict(model, train, cfg.eval_batch_size, accelerator, tokenizer.pad_token_id, task).long().tolist()
     train = [{**f, "label": label} for f, label in zip(train, own)]
     state: dict = {}
@@ -393,7 +393,7 @@ def _ssa_label_share(cfg, model, optimizer, tokenizer, lines: list[str], epoch: 
 
         def train_epoch() -> None:  # the epoch loop of finetune.finetune over the last labelled set
             features, _ = state[next(reversed(state))]
-            batches = glue.epoch_batches([len(f["input_ids"]) for f in features], cfg.batch_size, cfg.seed, epoch,
+            batches = batching.epoch_batches([len(f["input_ids"]) for f in features], cfg.batch_size, cfg.seed, epoch,
                                          shuffle=True, bucket=cfg.bucket_by_length)
             model.train()
             for rows in batches:

@@ -23,7 +23,7 @@ from course_lib.config import Validated, fraction, non_negative
 from course_lib.model.attention import ScoreCut, at_least_fp32
 from course_lib.model.heads import (IGNORE_INDEX, ClassifierOutput, MultipleChoiceHead, SequenceClassifier,
                                     SpanHead, TokenClassifier)
-from course_lib.tasks.glue import SENTENCE
+from course_lib.tasks.sentence import SENTENCE
 from course_lib.tasks.multiple_choice import MULTIPLE_CHOICE
 from course_lib.tasks.span_qa import SPAN_QA
 from course_lib.tasks.tagging import TAGGING

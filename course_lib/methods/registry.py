@@ -26,7 +26,7 @@ from course_lib.methods import ssaf
 from course_lib.config import Validated
 from course_lib.errors import UsageError, choice_error
 from course_lib.model.heads import MeanPoolClassifier
-from course_lib.tasks.glue import SENTENCE
+from course_lib.tasks.sentence import SENTENCE
 
 
 @dataclass(frozen=True)

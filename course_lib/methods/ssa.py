@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_lib.config import Validated, fraction, unit_interval
-from course_lib.tasks.glue import special_token_ids
+from course_lib.tasks.batching import special_token_ids
 from course_lib.model.heads import ClassifierOutput, SequenceClassifier
 
 IGNORE = -1  # token label of [CLS], [SEP], padding and (paper mode) unmasked tokens

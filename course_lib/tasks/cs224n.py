@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from course_lib.errors import UsageError, choice_error
-from course_lib.tasks import glue, sources
+from course_lib.tasks import sentence, sources
 from course_lib.tasks.sentence_files import (CLASSIFICATION_METRICS, REGRESSION_METRICS, FileSentenceTask,
                                              _records, label_text, parse_label, scored_splits)
 
@@ -43,9 +43,9 @@ ID_COLUMN = "id"
 
 
 @dataclass
-class CourseExample(glue.Example):
-    """A `glue.Example` that keeps its row's id, for the course's predictions files. A subclass rather than a new
-    field of `glue.Example`, so no other reader changes while every encoder and batcher still takes it.
+class CourseExample(sentence.Example):
+    """A `sentence.Example` that keeps its row's id, for the course's predictions files. A subclass rather than a new
+    field of `sentence.Example`, so no other reader changes while every encoder and batcher still takes it.
     `label` is None for a test-student row: it has none, and None cannot be scored or trained on by mistake."""
 
     id: str = ""

@@ -1,8 +1,8 @@
-"""GLUE tasks: a registry, readers for the original TSV layout, tokenisation and batching.
+"""GLUE tasks: a registry and readers for the original TSV layout (GLUE's tasks are presets of the sentence
+family, whose tokenisation and batches are `course_lib.tasks.sentence`'s).
 
 This module knows nothing about the model. It turns a task name into lists of `Example`s
-(from a local folder in GLUE layout, the repository's data/glue, or the `nyu-mll/glue` hub dataset), the examples into
-token ids with a tokenizer passed in, and token ids into padded tensors and batch orders.
+(from a local folder in GLUE layout, the repository's data/glue, or the `nyu-mll/glue` hub dataset).
 
 Label ids follow `nyu-mll/glue` on the hub, so the two sources give identical class ids:
 mnli entailment=0, neutral=1, contradiction=2; qnli and rte entailment=0, not_entailment=1;
@@ -15,14 +15,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import torch
 
 from course_lib.errors import UsageError, choice_error, find_named
 from course_lib.tasks import local_data
-from course_lib.tasks.batching import pad_tokens
+from course_lib.tasks.sentence import SENTENCE, Example
 
-SENTENCE = "sentence"  # the task family of GLUE's tasks (course_lib.tasks.registry)
 
 
 @dataclass(frozen=True)
@@ -116,21 +113,10 @@ GLUE_TASKS: dict[str, GlueTask] = {
 }
 
 
-def special_token_ids(tokenizer) -> set[int]:
-    """[CLS], [SEP] and [PAD]: the tokens that are not text, which no method masks, probes or labels."""
-    return {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
-
-
 def get_task(name: str) -> GlueTask:
     """A GLUE task by name, ignoring case and dashes, so 'SST-2', 'sst2' and 'STS-B' work (any task preset:
     `registry.get_task`)."""
     return find_named("GLUE task", name, GLUE_TASKS)
-
-
-@dataclass
-class Example:
-    texts: tuple[str, ...]  # one sentence, or a pair
-    label: int | float  # class id, or a score for regression
 
 
 # ----------------------------------------------------------------------------------------------
@@ -258,101 +244,3 @@ def _load_from_hub(task: GlueTask, split: str) -> list[Example]:
         ) from err
     cast = float if task.is_regression else int
     return [Example(tuple(texts), cast(label)) for *texts, label in zip(*columns, labels)]
-
-
-def subsample(examples: list, n: int | None, seed: int) -> list:
-    """A deterministic random subset of `n` examples (a debug cap like run_glue's max_train_samples).
-
-    The chosen indices are the first n of one seeded permutation, so a smaller cap is a subset
-    of a larger one; they are kept in file order so outputs line up with the file.
-    """
-    if n is None or n >= len(examples):
-        return list(examples)
-    if n < 1:
-        raise UsageError(f"sample cap must be a positive number or unset, got {n}")
-    chosen = np.sort(np.random.default_rng(seed).permutation(len(examples))[:n])
-    return [examples[i] for i in chosen]
-
-
-# ----------------------------------------------------------------------------------------------
-# Tokenisation and batching
-
-
-def encode(examples: list[Example], tokenizer, max_len: int, chunk_size: int = 4096) -> list[dict]:
-    """Token ids for each example: [CLS] a [SEP] (b [SEP]), truncated to `max_len` tokens.
-
-    Pairs are truncated longest-first (the tokenizer's default), as BERT did for GLUE. The fast
-    tokenizer is called on chunks of examples because one call per example is ~20x slower.
-    """
-    if max_len < 4:
-        raise UsageError(f"max_len must be at least 4 (room for [CLS], [SEP] and text), got {max_len}")
-    if len({len(ex.texts) for ex in examples}) > 1:
-        raise ValueError("examples mix single sentences and pairs; encode one task's split at a time")
-    features = []
-    for start in range(0, len(examples), chunk_size):
-        chunk = examples[start:start + chunk_size]
-        columns = list(zip(*(ex.texts for ex in chunk)))  # one tuple of texts per text column
-        ids = tokenizer(*(list(c) for c in columns), truncation=True, max_length=max_len)
-        features += [
-            {"input_ids": input_ids, "token_type_ids": token_type_ids, "label": ex.label}
-            for input_ids, token_type_ids, ex in zip(ids["input_ids"], ids["token_type_ids"], chunk)
-        ]
-    return features
-
-
-def collate(features: list[dict], pad_token_id: int = 0) -> dict[str, torch.Tensor]:
-    """Pad a batch to its own longest sequence (dynamic padding), not to max_len.
-
-    labels are long class ids, or float scores when any label is a float (STS-B regression).
-    """
-    batch = pad_tokens(features, pad_token_id)  # input_ids, attention_mask, token_type_ids: (B, L)
-    labels = [f["label"] for f in features]
-    is_score = any(isinstance(y, float) for y in labels)
-    batch["labels"] = torch.tensor(labels, dtype=torch.float if is_score else torch.long)  # (B,)
-    B, L = batch["input_ids"].shape
-    if "token_labels" in features[0]:  # per-token targets (SSA), padded with the ignore index -1
-        batch["token_labels"] = torch.full((B, L), -1, dtype=torch.long)
-        for b, f in enumerate(features):
-            batch["token_labels"][b, : len(f["token_labels"])] = torch.tensor(f["token_labels"])
-    return batch
-
-
-BUCKET_CHUNK_BATCHES = 50  # bucketing sorts chunks of this many batches: less padding, still random
-
-
-def epoch_batches(
-    lengths: list[int],
-    batch_size: int,
-    seed: int,
-    epoch: int,
-    shuffle: bool = True,
-    bucket: bool = False,
-) -> list[list[int]]:
-    """Split example indices into batches; every index appears exactly once.
-
-    A pure function of its arguments (the generator is seeded from seed and epoch), so a run
-    resumed mid-epoch rebuilds the same order and skips the batches it already did.
-    bucket=True groups similar lengths: shuffle, sort each chunk of BUCKET_CHUNK_BATCHES batches
-    by length, cut it into batches, then shuffle the batch order, which cuts padding while
-    keeping batches random. Without shuffle, batches are in index order, or with bucket=True
-    longest first (so an out-of-memory batch fails at once); either way eval batches should be
-    scattered back by index.
-    """
-    if batch_size < 1:
-        raise UsageError(f"batch size must be a positive number, got {batch_size}")
-    n = len(lengths)
-    lengths = np.asarray(lengths)
-    if not shuffle:
-        order = np.argsort(-lengths, kind="stable") if bucket else np.arange(n)
-        return [order[i:i + batch_size].tolist() for i in range(0, n, batch_size)]
-    rng = np.random.default_rng([seed % 2**64, epoch])  # one independent stream per (seed, epoch)
-    order = rng.permutation(n)
-    if not bucket:
-        return [order[i:i + batch_size].tolist() for i in range(0, n, batch_size)]
-    chunk = BUCKET_CHUNK_BATCHES * batch_size
-    batches = []
-    for start in range(0, n, chunk):
-        part = order[start:start + chunk]
-        part = part[np.argsort(lengths[part], kind="stable")]
-        batches += [part[i:i + batch_size].tolist() for i in range(0, len(part), batch_size)]
-    return [batches[i] for i in rng.permutation(len(batches))]

@@ -82,7 +82,7 @@ def get_family(name: str) -> TaskFamily:
     return FAMILIES[name]
 
 
-TASK_TYPES = {"classification": glue.SENTENCE, "regression": glue.SENTENCE, "tagging": tagging.TAGGING,
+TASK_TYPES = {"classification": sentence.SENTENCE, "regression": sentence.SENTENCE, "tagging": tagging.TAGGING,
               "multiple-choice": multiple_choice.MULTIPLE_CHOICE}  # --task-type -> its family
 
 
@@ -121,8 +121,8 @@ def get_task(name: str):
 
 
 register_family(TaskFamily(
-    glue.SENTENCE, "classification or regression of a sentence or a pair",
-    read=sentence.read, encode=sentence.encode, collate=glue.collate, build_head=sentence.plain_head,
+    sentence.SENTENCE, "classification or regression of a sentence or a pair",
+    read=sentence.read, encode=sentence.encode, collate=sentence.collate, build_head=sentence.plain_head,
     decode=sentence.decode, score=sentence.score, write_predictions=sentence.write_predictions,
     predictions_suffix="tsv", custom=sentence_files.custom))
 register_family(TaskFamily(

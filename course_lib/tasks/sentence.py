@@ -1,18 +1,68 @@
-"""The sentence family: classification or regression of a sentence or a pair. GLUE's tasks are its presets, and
-reading and tokenising them is `course_lib.tasks.glue`'s; here are the run-facing entries: the reader and encoder
-the run calls, the plain head, how logits become predictions, how they are scored and written."""
+"""The sentence family: classification or regression of a sentence or a pair. GLUE's tasks are its presets
+(reading them is `course_lib.tasks.glue`'s; other files' `sentence_files`'). Here: the example, its tokenisation
+and batches, and the run-facing entries: the reader and encoder the run calls, the plain head, how logits
+become predictions, how they are scored and written."""
 from __future__ import annotations
 
 import csv
 import io
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from course_lib.errors import UsageError
 from course_lib.model.heads import SequenceClassifier
 from course_lib.repro import atomic_write
-from course_lib.tasks import glue
+from course_lib.tasks.batching import pad_tokens
 from course_lib.tasks.metrics import compute_metrics, degenerate_predictions
+
+SENTENCE = "sentence"  # the family's name in the task registry (course_lib.tasks.registry)
+
+
+@dataclass
+class Example:
+    texts: tuple[str, ...]  # one sentence, or a pair
+    label: int | float  # class id, or a score for regression
+
+
+def encode_examples(examples: list[Example], tokenizer, max_len: int, chunk_size: int = 4096) -> list[dict]:
+    """Token ids for each example: [CLS] a [SEP] (b [SEP]), truncated to `max_len` tokens.
+
+    Pairs are truncated longest-first (the tokenizer's default), as BERT did for GLUE. The fast
+    tokenizer is called on chunks of examples because one call per example is ~20x slower.
+    """
+    if max_len < 4:
+        raise UsageError(f"max_len must be at least 4 (room for [CLS], [SEP] and text), got {max_len}")
+    if len({len(ex.texts) for ex in examples}) > 1:
+        raise ValueError("examples mix single sentences and pairs; encode one task's split at a time")
+    features = []
+    for start in range(0, len(examples), chunk_size):
+        chunk = examples[start:start + chunk_size]
+        columns = list(zip(*(ex.texts for ex in chunk)))  # one tuple of texts per text column
+        ids = tokenizer(*(list(c) for c in columns), truncation=True, max_length=max_len)
+        features += [
+            {"input_ids": input_ids, "token_type_ids": token_type_ids, "label": ex.label}
+            for input_ids, token_type_ids, ex in zip(ids["input_ids"], ids["token_type_ids"], chunk)
+        ]
+    return features
+
+
+def collate(features: list[dict], pad_token_id: int = 0) -> dict[str, torch.Tensor]:
+    """Pad a batch to its own longest sequence (dynamic padding), not to max_len.
+
+    labels are long class ids, or float scores when any label is a float (STS-B regression).
+    """
+    batch = pad_tokens(features, pad_token_id)  # input_ids, attention_mask, token_type_ids: (B, L)
+    labels = [f["label"] for f in features]
+    is_score = any(isinstance(y, float) for y in labels)
+    batch["labels"] = torch.tensor(labels, dtype=torch.float if is_score else torch.long)  # (B,)
+    B, L = batch["input_ids"].shape
+    if "token_labels" in features[0]:  # per-token targets (SSA), padded with the ignore index -1
+        batch["token_labels"] = torch.full((B, L), -1, dtype=torch.long)
+        for b, f in enumerate(features):
+            batch["token_labels"][b, : len(f["token_labels"])] = torch.tensor(f["token_labels"])
+    return batch
 
 
 def read(task, split: str, cfg) -> list:
@@ -22,7 +72,7 @@ def read(task, split: str, cfg) -> list:
 
 
 def encode(examples: list, tokenizer, cfg, training: bool = True) -> list[dict]:
-    return glue.encode(examples, tokenizer, cfg.max_len)
+    return encode_examples(examples, tokenizer, cfg.max_len)
 
 
 def plain_head(cfg, encoder, task, tokenizer) -> SequenceClassifier:

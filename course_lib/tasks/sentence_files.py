@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from course_lib.errors import UsageError
-from course_lib.tasks import glue, sources
+from course_lib.tasks import glue, sentence, sources
 
 DELIMITERS = {".csv": ",", ".tsv": "\t", ".jsonl": None}  # suffix -> field separator (None: a JSON line)
 FIELD_NAMES = {",": "comma", "\t": "tab"}
@@ -66,7 +66,7 @@ class FileSentenceTask(glue.LabelSet):
     paths: dict[str, Path | None] = field(default_factory=dict)  # split -> file (None: the hub), once bound
     dev_splits: tuple[str, ...] = ("dev",)  # ("dev", "test") once bound to a labelled test split
     max_len: int = 128
-    family: str = glue.SENTENCE
+    family: str = sentence.SENTENCE
 
     def bind(self, cfg) -> FileSentenceTask:
         """The preset for a run, its files resolved. A preset knows its columns and labels, so the options that
@@ -101,7 +101,7 @@ class FileSentenceTask(glue.LabelSet):
             hint += f" ({files['test']} optional)" if "test" in files else ""
         return hint + (f"; {self.obtain}" if self.obtain else "")
 
-    def load(self, split: str, cfg) -> list[glue.Example]:
+    def load(self, split: str, cfg) -> list[sentence.Example]:
         """The split's examples, from its file or the hub."""
         try:
             return sources.read_split(self, split, lambda path: read_file(self, path),
@@ -124,16 +124,16 @@ def file_layout(path: Path) -> str | None:
     return DELIMITERS[suffix]
 
 
-def read_file(task: FileSentenceTask, path: Path) -> list[glue.Example]:
-    return [glue.Example(texts, parse_label(task, label, where)) for texts, label, where in read_rows(task, path)]
+def read_file(task: FileSentenceTask, path: Path) -> list[sentence.Example]:
+    return [sentence.Example(texts, parse_label(task, label, where)) for texts, label, where in read_rows(task, path)]
 
 
-def hub_examples(task: FileSentenceTask, split: str, rows: list[dict]) -> list[glue.Example]:
+def hub_examples(task: FileSentenceTask, split: str, rows: list[dict]) -> list[sentence.Example]:
     """The hub's rows (dicts, as `datasets` gives them) as examples, checked like a JSON line each."""
     examples = []
     for i, row in enumerate(rows, 1):
         texts, label, where = object_row(task, row, f"{task.source.hub} {split} row {i}")
-        examples.append(glue.Example(texts, parse_label(task, label, where)))
+        examples.append(sentence.Example(texts, parse_label(task, label, where)))
     return examples
 
 

@@ -6,7 +6,7 @@ task model and the epoch's training set.
 
 The recipe is BERT's (Devlin et al. 2019, App. A.3): AdamW with no weight decay on biases and LayerNorm,
 linear warmup then linear decay, gradient clipping. The run is a pure function of its config and seed:
-batch order comes from `glue.epoch_batches(seed, epoch)` and the dropout RNG is checkpointed, so a run
+batch order comes from `batching.epoch_batches(seed, epoch)` and the dropout RNG is checkpointed, so a run
 killed at any step and started again with the same command ends with the same numbers.
 
 The loop that runs it (optimiser, schedule, guarded steps, checkpoints, resume) is `training.loop`; the output
@@ -27,7 +27,7 @@ import torch
 from accelerate import Accelerator
 from safetensors.torch import save as safetensors_save
 
-from course_lib.tasks import glue, sources
+from course_lib.tasks import batching, sentence, sources
 from course_lib.training.config import FinetuneConfig
 from course_lib.errors import UsageError
 from course_lib.model.heads import SequenceClassifier
@@ -81,7 +81,7 @@ def predict(model: SequenceClassifier, features: list[dict], batch_size: int, ac
     """
     model.eval()
     family = get_family(task.family)
-    batches = glue.epoch_batches([family.length(f) for f in features], batch_size, seed=0, epoch=0,
+    batches = batching.epoch_batches([family.length(f) for f in features], batch_size, seed=0, epoch=0,
                                  shuffle=False, bucket=True)
     mine = batches[accelerator.process_index::accelerator.num_processes]
     out = []
@@ -159,8 +159,8 @@ def epoch_features(cfg: FinetuneConfig, epoch: int, train: list[dict], model, ta
                                 task).tolist()
             return preds if task.is_regression else [round(p) for p in preds]
 
-        context = EpochContext(epoch, task.is_regression, glue.special_token_ids(tokenizer), tokenizer.mask_token_id,
-                               probe)
+        special = batching.special_token_ids(tokenizer)
+        context = EpochContext(epoch, task.is_regression, special, tokenizer.mask_token_id, probe)
         features, stats = hook(cfg, train, context)
         stats["label_seconds"] = round(time.perf_counter() - started, 2)
         if accelerator.is_main_process:
@@ -170,7 +170,7 @@ def epoch_features(cfg: FinetuneConfig, epoch: int, train: list[dict], model, ta
     return saved["features"], saved["stats"]
 
 
-def batch_loss(model, features: list[dict], pad_id: int, accelerator: Accelerator, collate=glue.collate):
+def batch_loss(model, features: list[dict], pad_id: int, accelerator: Accelerator, collate=sentence.collate):
     """The batch-mean training loss, with the batch's rows split across processes; returns (loss, stats).
     collate: the task family's (sentence batches by default).
 
@@ -199,13 +199,13 @@ def _accumulate(totals: dict, stats: dict) -> None:
 def task_examples(cfg: FinetuneConfig, task) -> tuple[list, dict[str, list]]:
     """(training examples, dev examples per split) as the task's family reads them, each capped by the
     config's debug limits."""
-    train = glue.subsample(get_family(task.family).read(task, "train", cfg), cfg.max_train_samples, cfg.seed)
+    train = batching.subsample(get_family(task.family).read(task, "train", cfg), cfg.max_train_samples, cfg.seed)
     return train, {s: dev_examples(cfg, task, s) for s in task.dev_splits}
 
 
 def dev_examples(cfg: FinetuneConfig, task, split: str) -> list:
     """One dev split as the run scores it: the family's reader, then the config's seeded cap."""
-    return glue.subsample(get_family(task.family).read(task, split, cfg), cfg.max_eval_samples, cfg.seed)
+    return batching.subsample(get_family(task.family).read(task, split, cfg), cfg.max_eval_samples, cfg.seed)
 
 
 class FinetuneJob(Job):
@@ -226,7 +226,7 @@ class FinetuneJob(Job):
         self.epoch_train, self.epoch_stats = epoch_features(self.cfg, epoch, self.train, loop.model, self.task,
                                                             self.tokenizer, loop.accelerator, self.out)
         length = self.family.length
-        return glue.epoch_batches([length(f) for f in self.epoch_train], self.cfg.batch_size, self.cfg.seed,
+        return batching.epoch_batches([length(f) for f in self.epoch_train], self.cfg.batch_size, self.cfg.seed,
                                   epoch, shuffle=True, bucket=self.cfg.bucket_by_length)
 
     def clipped_parameters(self, model) -> list | None:

@@ -32,7 +32,7 @@ from torch import nn
 
 from course_lib.methods.registry import get_method
 from course_lib.model.pair_heads import SeparatePairClassifier, encode_separately
-from course_lib.tasks import glue
+from course_lib.tasks import batching
 from course_lib.tasks.cs224n import CourseTask
 from course_lib.tasks.registry import get_family, get_task, run_task
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, TrainingRunConfig
@@ -89,7 +89,7 @@ def epoch_plan(schedule: str, lengths: list[list[int]], batch_size: int, seed: i
                alpha_end: float = 0.2, bucket: bool = False) -> list[tuple[int, list[int]]]:
     """The epoch's steps as (task index, rows of that task's epoch features).
 
-    Task k reads an endless stream of shuffled passes over its data (pass p batched by glue.epoch_batches with
+    Task k reads an endless stream of shuffled passes over its data (pass p batched by batching.epoch_batches with
     seed + k and 'epoch' p), each epoch going on where the last one stopped; so with one task the batches are
     exactly finetune's. An SSA task's features are relabelled every epoch: its rows index the current list.
     """
@@ -102,7 +102,7 @@ def epoch_plan(schedule: str, lengths: list[list[int]], batch_size: int, seed: i
     for k in task_schedule(schedule, sizes, seed, epoch, epochs, alpha_end):
         p, j = divmod(read[k], sizes[k])
         if (k, p) not in passes:
-            passes[k, p] = glue.epoch_batches(lengths[k], batch_size, seed + k, p, shuffle=True, bucket=bucket)
+            passes[k, p] = batching.epoch_batches(lengths[k], batch_size, seed + k, p, shuffle=True, bucket=bucket)
         plan.append((k, passes[k, p][j]))
         read[k] += 1
     return plan

@@ -9,7 +9,7 @@ packaged MiniLM's uncased WordPiece and packed whole into blocks `[CLS] line [SE
 `max_len` tokens, close to the contiguous blocks the authors trained on. A fixed set of blocks is held out and
 scored with fixed masks, so held-out losses of runs with any seed or method compare directly.
 
-The run is a pure function of its config: batch order comes from `glue.epoch_batches(seed, epoch)`, each
+The run is a pure function of its config: batch order comes from `batching.epoch_batches(seed, epoch)`, each
 step's masks from a generator seeded with (seed, step), and the dropout RNG is checkpointed, so the same
 command after a kill resumes and ends with the same numbers.
 
@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from safetensors.torch import save as safetensors_save
 from torch import nn
 
-from course_lib.tasks import glue, local_data
+from course_lib.tasks import batching, glue, local_data
 from course_lib.methods.ag import AttentionGuidance, ag_scale_at
 from course_lib.model.bert import BertModel
 from course_lib.model.config import BertConfig, check_mixed_precision
@@ -308,7 +308,8 @@ class PretrainJob(Job):
         cfg, device = self.cfg, self.loop.accelerator.device
         epoch, index = divmod(step, self.steps_per_epoch)
         if epoch != self.batches_epoch:
-            self.batches, self.batches_epoch = glue.epoch_batches(self.lengths, cfg.batch_size, cfg.seed, epoch), epoch
+            self.batches = batching.epoch_batches(self.lengths, cfg.batch_size, cfg.seed, epoch)
+            self.batches_epoch = epoch
         input_ids, attention_mask = pad_blocks([self.train_set[i] for i in self.batches[index]],
                                                self.tokenizer.pad_token_id)
         inputs, labels = mask_tokens(input_ids, generator=step_generator(cfg.seed, step), **self.masking)
