@@ -15,6 +15,7 @@ from course_lib.methods.registry import METHODS
 from course_lib.model.heads import SpanHead
 from course_lib.model.weights import load_pretrained
 from course_lib.tasks import local_data, squad
+from course_lib.tasks.registry import run_task
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
 
@@ -95,7 +96,7 @@ def test_squad_reference_trains_hugging_faces_model_from_our_initial_weights(tin
     cfg = FinetuneConfig(task="squad", model=str(tiny_model_dir), max_len=64)
     encoder, tokenizer = load_pretrained(cfg.model)
     state = torch.random.get_rng_state()
-    reference = squad_reference.build_reference(cfg, encoder, 2, tokenizer).eval()
+    reference = squad_reference.build_reference(cfg, encoder, run_task(cfg), tokenizer).eval()
     same_encoder, _ = load_pretrained(cfg.model)
     torch.random.set_rng_state(state)  # our head draws its initial weights from where the reference's did
     ours = SpanHead(same_encoder).eval()
