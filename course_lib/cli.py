@@ -55,9 +55,9 @@ def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
     """One option per config field; a nested options class's fields in a group of their own (a method's
     options under its name), each option once however many methods read it."""
     hints, docs, choices = typing.get_type_hints(config_cls), field_docs(config_cls), field_choices(config_cls)
-    holders = {*config_cls.nested({}), "carried"}
+    flat = config_cls.flat_hints()  # not the fields that hold a method's options, nor `carried`
     for f in dataclasses.fields(config_cls):
-        if f.name not in holders:
+        if f.name in flat:
             _add_field(parser, config_cls, f, hints, docs, choices)
     groups: dict[tuple, list] = {}  # the methods that read an option: its options, in declaration order
     for options in config_cls.option_classes():

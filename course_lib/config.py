@@ -74,11 +74,13 @@ class Validated:
 
     @classmethod
     def flat_hints(cls) -> dict:
-        """The type of every key the flat form may hold: the fields', and every nested class's fields'."""
+        """The type of every key the flat form may hold: the fields' (not those that hold a nested config or are
+        never saved) and every nested class's fields'."""
         hints = {}
         for klass in (*cls.option_classes(), cls):
             hints.update(typing.get_type_hints(klass))
-        return hints
+        holders = {*cls.nested({}), *(f.name for f in dataclasses.fields(cls) if not f.metadata.get("saved", True))}
+        return {k: v for k, v in hints.items() if k not in holders}
 
     @classmethod
     def foreign(cls, values: dict) -> dict[str, str]:
@@ -131,8 +133,7 @@ class Validated:
         """
         values = params if isinstance(params, dict) else vars(params)
         hints = cls.flat_hints()
-        holders = {*cls.nested({}), *(f.name for f in dataclasses.fields(cls) if not f.metadata.get("saved", True))}
-        names = set(hints) - holders
+        names = set(hints)
         chosen = {**{k: v for k, v in values.items() if k in names}, **overrides}  # unknown overrides: from_dict
         return cls.from_dict({k: _notebook_literal(v, hints[k]) if k in names else v for k, v in chosen.items()},
                              others="carry")

@@ -151,10 +151,10 @@ def test_the_shared_fields_are_documented_once_and_keep_each_commands_defaults()
 def test_help_gives_each_options_description_and_default(command, capsys, monkeypatch):
     entries = option_help(help_text([command, "--help"], capsys, monkeypatch))
     cls = CONFIGS[command]
-    holders = {*cls.nested({}), "carried"}  # a field that holds a method's options: its fields are the flags
+    flat = cls.flat_hints()  # a field that holds a method's options is no flag: its fields are
     for owner in (cls, *cls.option_classes()):
         for f in dataclasses.fields(owner):
-            if f.name not in holders:
+            if f.name in flat:
                 entry = entries["--" + f.name.replace("_", "-")]
                 assert field_docs(owner)[f.name] in entry and entry.endswith(f"(default: {f.default})"), entry
 

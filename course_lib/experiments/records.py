@@ -25,11 +25,11 @@ def lower_is_better(metric: str) -> bool:
 
 def _defaults(config_class) -> dict:
     """Each flat key's declared default: the config's fields and those of every options class it may nest."""
-    holders = {*config_class.nested({}), "carried"}
+    flat = config_class.flat_hints()
     values: dict = {}
     for klass in (config_class, *config_class.option_classes()):
         for f in dataclasses.fields(klass):
-            if f.name not in holders:
+            if f.name in flat:
                 values.setdefault(f.name, f.default)
     return values
 

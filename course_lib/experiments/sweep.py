@@ -164,7 +164,7 @@ def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
         raise UsageError(f"{path}: grid must be a mapping of {kind.__name__} fields to lists of values, "
                          f"got {grid!r}")
 
-    fields = sorted(set(FinetuneConfig.flat_hints()) - {"output_dir", "options", "carried"})
+    fields = sorted(set(FinetuneConfig.flat_hints()) - {"output_dir"})
     for section, keys in (("base", base), ("grid", grid)):
         for key in keys:
             if key == "output_dir":
