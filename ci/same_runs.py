@@ -1,7 +1,7 @@
 """Did a refactor change what training computes? Tiny fixed-seed runs of every method and kind, made before and
 after the change, must give the same metrics.json (every score and logged loss, to the last digit).
 
-    .venv/bin/python ci/same_runs.py run OUT        # about 10 minutes on 2 cores: 16 tiny runs
+    .venv/bin/python ci/same_runs.py run OUT [NAME ...]   # about 12 minutes on 2 cores: 19 tiny runs (or those named)
     .venv/bin/python ci/same_runs.py compare BEFORE AFTER
 
 `compare` leaves out timings and the config (whose keys may move in a refactor; it prints the keys that differ)
@@ -25,13 +25,23 @@ RUNS = {  # folder: command line after `python -m course_lib`
     "wnut-asa": ["finetune", "--task", "wnut17", "--method", "asa", *SMALL],
     "mt": ["multitask", "--tasks", "sst2,stsb", "--ssa", "stsb", *SMALL],
     "ag": ["pretrain", "--method", "ag", "--max-steps", "20", "--eval-every", "10"],
+    "squad-opts": ["finetune", "--task", "squad_articles", *SMALL, "--max-len", "64", "--doc-stride", "24",
+                   "--max-query-length", "16"],
+    "custom-sentence": ["finetune", "--task", "custom", "--task-type", "classification", "--train-file",
+                        "data/glue/SST-2/train.tsv", "--validation-file", "data/glue/SST-2/dev.tsv",
+                        "--text-columns", "sentence", "--label-column", "label", "--labels", "1,0", *SMALL],
+    "custom-tagging": ["finetune", "--task", "custom", "--task-type", "tagging", "--train-file",
+                       "data/wnut17/wnut17train.conll", "--validation-file", "data/wnut17/emerging.dev.conll",
+                       *SMALL],
 }
 TIMINGS = ("seconds", "time", "elapsed", "host", "started", "finished", "duration", "per_second", "throughput")
 
 
-def run(out: Path) -> int:
+def run(out: Path, only: list[str]) -> int:
     env = {**os.environ, "CI": "true", "TQDM_DISABLE": "1"}
     for name, args in RUNS.items():
+        if only and name not in only:
+            continue
         done = subprocess.run([sys.executable, "-m", "course_lib", *args, "--output-dir", str(out / name)], env=env,
                               capture_output=True, text=True)
         print(name, "ok" if done.returncode == 0 else f"FAILED: {done.stderr.strip().splitlines()[-1:]}")
@@ -61,8 +71,8 @@ def compare(before: Path, after: Path) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "run":
-        sys.exit(run(Path(sys.argv[2])))
+    if len(sys.argv) >= 3 and sys.argv[1] == "run":
+        sys.exit(run(Path(sys.argv[2]), sys.argv[3:]))
     if len(sys.argv) == 4 and sys.argv[1] == "compare":
         sys.exit(compare(Path(sys.argv[2]), Path(sys.argv[3])))
     print(__doc__, file=sys.stderr)

@@ -16,7 +16,8 @@ import typing
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, field_choices, field_docs
 from course_lib.errors import Parser, UsageError, report_errors
 from course_lib.fast.allocator import keep_freed_memory, memory_mode
-from course_lib.methods.registry import METHODS
+from course_lib.methods.registry import option_owners
+from course_lib.tasks.registry import family_option_owners
 
 ENTRY_POINTS = (  # the other command lines, named in the top-level --help
     ("course_lib.notebooks", "run a notebook with a preset and --set overrides (papermill), or list them"),
@@ -59,11 +60,11 @@ def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
     for f in dataclasses.fields(config_cls):
         if f.name in flat:
             _add_field(parser, config_cls, f, hints, docs, choices)
-    groups: dict[tuple, list] = {}  # the methods that read an option: its options, in declaration order
+    groups: dict[str, list] = {}  # who reads an option: its options, in declaration order
+    readers = {**option_owners(), **family_option_owners()}
     for options in config_cls.option_classes():
         for f in dataclasses.fields(options):
-            readers = tuple(m.name for m in METHODS.values() if f.name in m.options.__dataclass_fields__)
-            title = f"options of {', '.join(readers)}" if config_cls is FinetuneConfig else options.__doc__.rstrip(".")
+            title = f"options of {readers[f.name]}" if config_cls is FinetuneConfig else options.__doc__.rstrip(".")
             if all(f.name != seen.name for fs in groups.values() for seen, _ in fs):
                 groups.setdefault(title, []).append((f, options))
     for title, members in groups.items():

@@ -5,8 +5,8 @@ wrong types with a `UsageError` that names the bad key and the valid ones (paper
 `first_difference` tells whether a saved run was made with the same settings.
 
 A run config may hold another config as one of its fields: a method's options (`ASAOptions`, in the method's
-module) inside a fine-tuning run's config. Such a field is nested in Python (`cfg.options.asa_tau`) and flat
-everywhere else: `from_dict` takes its keys beside the run's own, `to_dict` writes them there, so the command
+module) or its task family's (`SpanQAOptions`) inside a fine-tuning run's config. Such a field is nested in
+Python (`cfg.options.asa_tau`) and flat everywhere else: `from_dict` takes its keys beside the run's own, `to_dict` writes them there, so the command
 line, YAML grids, notebook parameters and `metrics.json` name each option once, as `asa_tau`.
 """
 from __future__ import annotations
@@ -57,6 +57,14 @@ class Validated:
             if getattr(self, name) not in valid:
                 raise UsageError(f"unknown {name} {getattr(self, name)!r} (valid: {', '.join(map(str, valid))})")
         self.validate()
+
+    def __setattr__(self, name: str, value) -> None:
+        """Refuse a name that is no field: `cfg.doc_stride = 64` on a run whose strides are `cfg.task_options`'
+        would otherwise add an attribute that nothing reads."""
+        if name not in self.__dataclass_fields__:
+            raise AttributeError(f"{type(self).__name__} has no field {name!r} (its fields: "
+                                 f"{', '.join(self.__dataclass_fields__)})")
+        object.__setattr__(self, name, value)
 
     def validate(self) -> None:
         """Range checks beyond types; subclasses override."""
@@ -162,6 +170,11 @@ class Validated:
         """This config with every field left at its default; subclasses keep the fields that decide what the
         others default to (a fine-tuning run's task and method)."""
         return type(self)()
+
+
+@dataclasses.dataclass
+class NoOptions(Validated):
+    """The options of a method or a task family that has none (vanilla; multiple choice)."""
 
 
 def first_difference(saved: dict, config) -> str | None:

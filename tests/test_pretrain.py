@@ -204,10 +204,10 @@ def test_bad_options_are_one_line_usage_errors(args, message, capsys):
 def test_an_ag_pretrained_encoder_fine_tunes_on_span_qa(runs, tmp_path):
     """AG changes pre-training only: its exported folder is a BERT that any task family fine-tunes, SQuAD too."""
     files = write_article_split(local_data.data_folder("SQUAD_DIR") / "dev-v1.1.json", 38, tmp_path / "data")
-    cfg = FinetuneConfig(task="squad", model=str(runs["ag"][1]), train_file=str(files[0]),
-                         validation_file=str(files[1]), max_len=32, doc_stride=8, max_query_length=12,
-                         max_train_samples=16, max_eval_samples=8, epochs=1, batch_size=8, lr=1e-3,
-                         output_dir=str(tmp_path / "qa"))
+    cfg = FinetuneConfig.from_dict(dict(task="squad", model=str(runs["ag"][1]), train_file=str(files[0]),
+                                        validation_file=str(files[1]), max_len=32, doc_stride=8, max_query_length=12,
+                                        max_train_samples=16, max_eval_samples=8, epochs=1, batch_size=8, lr=1e-3,
+                                        output_dir=str(tmp_path / "qa")))
     result = finetune(cfg)
     assert result["status"] == "complete" and set(result["dev"]) == {"exact_match", "f1"}
     assert all(math.isfinite(entry["train_loss"]) for entry in result["history"])

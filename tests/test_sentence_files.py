@@ -25,8 +25,9 @@ ROWS = [("Funny, warm and \"smart\".", "positive"), ("Dull, dull, dull.", "negat
 
 
 def custom_cfg(tmp_path, train, dev=None, **options) -> FinetuneConfig:
-    return FinetuneConfig(task="custom", task_type=options.pop("task_type", "classification"), train_file=str(train),
-                          validation_file=str(dev or train), output_dir=str(tmp_path / "run"), **options)
+    return FinetuneConfig.from_dict(dict(task="custom", task_type=options.pop("task_type", "classification"),
+                                         train_file=str(train), validation_file=str(dev or train),
+                                         output_dir=str(tmp_path / "run"), **options))
 
 
 def write_delimited(path, header, rows, delimiter):
@@ -215,7 +216,8 @@ def test_every_preset_reads_its_folder(tmp_path):
 def test_a_preset_refuses_the_options_of_custom_files(tmp_path):
     with pytest.raises(UsageError, match=r"--text-columns is for --task custom; sst5 reads its own columns "
                                          r"\(text, label\)"):
-        run_task(FinetuneConfig(task="sst5", data_dir=str(sst5_folder(tmp_path / "sst5")), text_columns="body"))
+        run_task(FinetuneConfig.from_dict(dict(task="sst5", data_dir=str(sst5_folder(tmp_path / "sst5")),
+                                               text_columns="body")))
 
 
 @pytest.fixture

@@ -46,9 +46,10 @@ def test_span_head_matches_hugging_faces_question_answering_model(minilm_dir, ar
 
 
 def smoke_config(tmp_path, files, model, **overrides) -> FinetuneConfig:
-    return FinetuneConfig(task="squad", model=str(model), train_file=str(files[0]), validation_file=str(files[1]),
-                          max_train_samples=32, max_eval_samples=24, max_len=64, doc_stride=16, max_query_length=24,
-                          epochs=1, batch_size=16, lr=1e-3, output_dir=str(tmp_path), **overrides)
+    return FinetuneConfig.from_dict(dict(
+        task="squad", model=str(model), train_file=str(files[0]), validation_file=str(files[1]), max_train_samples=32,
+        max_eval_samples=24, max_len=64, doc_stride=16, max_query_length=24, epochs=1, batch_size=16, lr=1e-3,
+        output_dir=str(tmp_path), **overrides))
 
 
 @pytest.mark.parametrize("method", ["vanilla", "ssaf", "asa", "bernoulli-mask"])

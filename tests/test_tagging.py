@@ -81,11 +81,11 @@ def test_a_custom_label_set_is_the_training_files_or_the_option(tmp_path):
     train = write_conll(tmp_path / "train.conll", [[("Ann", "B-per"), ("in", "O"), ("Rome", "I-loc")]])
     cfg = FinetuneConfig(task="custom", task_type="tagging", train_file=str(train), validation_file=str(train))
     assert run_task(cfg).label_names == ("O", "B-loc", "B-per", "I-loc", "I-per")  # O, then sorted, B and I
-    cfg.labels = "O,B-per,I-per,B-loc,I-loc"
+    cfg.task_options.labels = "O,B-per,I-per,B-loc,I-loc"
     assert run_task(cfg).label_names == ("O", "B-per", "I-per", "B-loc", "I-loc")  # ids in the order given
     for labels, why in (("B-per,I-per", "O is missing"), ("O,B-per", "'I-per' is missing"),
                         ("O,per", "malformed tag 'per'")):
-        cfg.labels = labels
+        cfg.task_options.labels = labels
         with pytest.raises(UsageError, match=why):
             run_task(cfg)
 
@@ -157,7 +157,7 @@ def test_the_command_line_exits_2_with_one_line_before_training(tmp_path, tiny_m
             (["--train-file", str(tmp_path / "missing.conll"), "--validation-file", str(good)],
              "error: --train-file: "),
             (["--train-file", str(good), "--validation-file", str(good), "--text-columns", "a"],
-             "error: --text-columns is not read for tagging task 'custom'")):
+             "error: option 'text_columns' belongs to task family sentence, not to this run")):
         assert cli.main(base + files) == 2
         stderr = capsys.readouterr().err
         assert stderr.startswith(message) and stderr.count("\n") == 1, stderr

@@ -1,16 +1,20 @@
 """The task-family registry: GLUE's tasks are presets of the sentence family, and a family defined and registered
-outside course_lib (reader, features, head, decoding, scoring, predictions file) fine-tunes like the built-in one."""
+outside course_lib (reader, features, head, decoding, scoring, predictions file, an option of its own) fine-tunes
+like the built-in one: its option is a flag with its help, checked before anything is written, saved in
+metrics.json, refused for another family's run (issue 41)."""
 import json
 from dataclasses import dataclass
 
 import pytest
 import torch
 
+from course_lib.cli import main
+from course_lib.config import Validated, positive
 from course_lib.errors import UsageError
 from course_lib.methods.registry import METHODS
 from course_lib.tasks import glue, sentence
-from course_lib.tasks.registry import (FAMILIES, TASKS, TaskFamily, get_task, register_family, register_task,
-                                      run_family)
+from course_lib.tasks.registry import (FAMILIES, TASKS, TaskFamily, family_of, get_task, register_family,
+                                      register_task)
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
 
@@ -23,13 +27,22 @@ def test_every_glue_task_is_a_preset_of_the_sentence_family():
         get_task("sst3")
 
 
+@dataclass
+class LengthOptions(Validated):
+    """The toy family's option."""
+
+    long_from: int = 7  # a sentence of this many words or more is long
+
+    def validate(self) -> None:
+        positive(self, "long_from")
+
+
 @dataclass(frozen=True)
 class WordCountTask:
-    """A toy preset: is a JSON line's sentence longer than `threshold` words? Scored by a metric of its own."""
+    """A toy preset: is a sentence long (the family's option `long_from`)? Scored by a metric of its own."""
 
     name: str = "toy-long-sentences"
     family: str = "toy-length"
-    threshold: int = 6
     dev_splits: tuple[str, ...] = ("dev",)
     num_labels: int = 2
     is_regression: bool = False
@@ -44,7 +57,7 @@ class WordCountTask:
 def read_by_length(task, split, cfg):
     """The toy family's reader: the sentences of the SST-2 files, labelled by their length."""
     rows = glue.load_split("sst2", split, cfg.glue_dir)
-    return [sentence.Example(ex.texts, int(len(ex.texts[0].split()) > task.threshold)) for ex in rows]
+    return [sentence.Example(ex.texts, int(len(ex.texts[0].split()) >= cfg.task_options.long_from)) for ex in rows]
 
 
 def score_errors(task, predictions, features):
@@ -61,7 +74,7 @@ def toy_family():
     family = register_family(TaskFamily(
         "toy-length", "a toy family", read=read_by_length, encode=sentence.encode, collate=sentence.collate,
         build_head=sentence.plain_head, decode=sentence.decode, score=score_errors, write_predictions=write_json,
-        predictions_suffix="json"))
+        predictions_suffix="json", options=LengthOptions))
     task = WordCountTask()
     register_task(task)
     yield family, task
@@ -79,6 +92,42 @@ def test_a_family_registered_outside_course_lib_fine_tunes(toy_family, tiny_mode
     written = json.loads((tmp_path / "dev_predictions.json").read_text())  # its own predictions file
     assert written["task"] == task.name and len(written["long"]) == 64 and set(written["long"]) <= {0, 1}
     assert written["scores"] == result["dev"]
+
+
+def toy_args(tiny_model_dir, keyword_glue, out, *extra):
+    return ["finetune", "--task", "toy-long-sentences", "--model", str(tiny_model_dir), "--glue-dir",
+            str(keyword_glue), "--epochs", "1", "--max-len", "32", "--batch-size", "16", "--output-dir", str(out),
+            *extra]
+
+
+def test_a_toy_familys_option_is_a_flag_with_its_help(toy_family, capsys):
+    with pytest.raises(SystemExit):
+        main(["finetune", "--help"])
+    text = capsys.readouterr().out
+    assert "options of task family toy-length:" in text
+    assert "--long-from INT" in text and "a sentence of this many words or more is long" in text
+
+
+def test_a_bad_toy_family_option_is_one_line_and_exit_2_before_training(toy_family, tiny_model_dir, keyword_glue,
+                                                                       tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(toy_args(tiny_model_dir, keyword_glue, out, "--long-from", "0")) == 2
+    assert capsys.readouterr().err.strip() == "error: LengthOptions.long_from must be > 0, got 0" and not out.exists()
+    sst2 = ["finetune", "--task", "sst2", "--glue-dir", str(keyword_glue), "--output-dir", str(out), "--long-from", "5"]
+    assert main(sst2) == 2  # another family's run
+    assert "option 'long_from' belongs to task family toy-length, not to this run" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_toy_familys_option_lands_in_metrics_json_and_changes_the_labels(toy_family, tiny_model_dir,
+                                                                           keyword_glue, tmp_path):
+    runs = {}
+    for words in ("4", "10"):
+        out = tmp_path / words
+        assert main(toy_args(tiny_model_dir, keyword_glue, out, "--long-from", words)) == 0
+        runs[words] = json.loads((out / "metrics.json").read_text())
+    assert runs["4"]["config"]["long_from"] == 4 and runs["4"]["status"] == "complete"
+    assert runs["4"]["history"][0]["train_loss"] != runs["10"]["history"][0]["train_loss"]  # it reached the data
 
 
 def test_a_method_is_refused_on_a_family_it_does_not_declare(toy_family, tiny_model_dir, keyword_glue, tmp_path):
@@ -108,9 +157,10 @@ def test_a_runs_family_is_known_without_its_files(monkeypatch, tmp_path):
     for env in ("SQUAD_DIR", "WNUT17_DIR", "DREAM_DIR"):
         monkeypatch.delenv(env, raising=False)  # no data anywhere: binding these presets would fail
     monkeypatch.chdir(tmp_path)
-    families = {task: run_family(FinetuneConfig(task=task)) for task in ("sst2", "squad_articles", "wnut17", "dream")}
+    families = {task: family_of(task, None).name for task in ("sst2", "squad_articles", "wnut17", "dream")}
     assert families == {"sst2": "sentence", "squad_articles": "span_qa", "wnut17": "tagging",
                         "dream": "multiple_choice"}
-    assert run_family(FinetuneConfig(task="custom", task_type="tagging")) == "tagging"
+    assert family_of("custom", "tagging").name == "tagging"
+    assert type(FinetuneConfig(task="custom", task_type="tagging").task_options).__name__ == "TaggingFileOptions"
     with pytest.raises(UsageError, match="unknown --task-type for --task custom None"):
-        run_family(FinetuneConfig(task="custom"))
+        family_of("custom", None)

@@ -44,7 +44,7 @@ def test_a_toy_methods_option_is_a_flag_with_its_help(shrink_method, capsys):
     with pytest.raises(SystemExit):
         main(["finetune", "--help"])
     text = capsys.readouterr().out
-    assert "options of shrink:" in text
+    assert "options of method shrink:" in text
     assert "--shrink-factor FLOAT" in text and "multiply the pretrained word embeddings" in text
 
 

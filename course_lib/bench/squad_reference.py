@@ -24,7 +24,7 @@ from course_lib.model.heads import ClassifierOutput, SpanHead
 from course_lib.model.weights import resolve_model_dir
 from course_lib.tasks import local_data, squad
 from course_lib.tasks.batching import subsample
-from course_lib.tasks.span_qa import SPAN_QA
+from course_lib.tasks.span_qa import SPAN_QA, SpanQAOptions
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
 
@@ -77,8 +77,8 @@ def _config(budget: SquadBudget, files: tuple[Path, Path], model, method: str, o
     return FinetuneConfig(task="squad", model=model, method=method, train_file=str(files[0]),
                           validation_file=str(files[1]), max_train_samples=budget.train_questions,
                           max_eval_samples=budget.eval_questions,
-                          epochs=budget.epochs, max_len=budget.max_len, doc_stride=budget.doc_stride,
-                          max_query_length=budget.max_query_length,
+                          epochs=budget.epochs, max_len=budget.max_len,
+                          task_options=SpanQAOptions(budget.doc_stride, budget.max_query_length),
                           batch_size=budget.batch_size, lr=budget.lr, seed=budget.seed,
                           fast_kernels=method != REFERENCE, output_dir=str(out / method))
 

@@ -12,6 +12,7 @@ import dataclasses
 import math
 from typing import Callable
 
+from course_lib.methods.registry import METHODS
 from course_lib.tasks.registry import TASKS
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
 
@@ -34,9 +35,9 @@ def _defaults(config_class) -> dict:
     return values
 
 
-def _option_names(config_class) -> tuple[str, ...]:
-    """The flat keys that belong to a nested options class (a method's options)."""
-    return tuple(dict.fromkeys(f.name for klass in config_class.option_classes() for f in dataclasses.fields(klass)))
+def _option_names() -> tuple[str, ...]:
+    """The flat keys that belong to a method's options class (not a task family's: those describe the data)."""
+    return tuple(dict.fromkeys(f.name for m in METHODS.values() for f in dataclasses.fields(m.options)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +122,7 @@ def _pretrain_tasks(result: dict) -> list[dict]:
 register_kind(RunKind(
     "finetune", "Fine-tuning", _defaults(FinetuneConfig), "vanilla", ("method",),
     method=lambda config: config.get("method", "vanilla"), tasks=_finetune_tasks,
-    option_fields=_option_names(FinetuneConfig),
+    option_fields=_option_names(),
     looks_like=lambda result: isinstance(result.get("config"), dict) and "task" in result))
 register_kind(RunKind(
     "multitask", "Multitask (one encoder, a head per task)", _defaults(MultitaskConfig), "vanilla", ("ssa",),

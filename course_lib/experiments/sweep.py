@@ -58,7 +58,7 @@ from course_lib.errors import Parser, UsageError, report_errors, yaml_float_hint
 from course_lib.experiments.notebooks import NotebookRun
 from course_lib.repro import (METRICS, atomic_write, check_writable_dir, lock_exclusive, progress,
                               remove_stale_temporaries, write_json)
-from course_lib.config import first_difference
+from course_lib.config import Validated, first_difference
 from course_lib.model.weights import check_model
 
 COMMANDS = {"finetune": FinetuneConfig, "notebook": NotebookRun}  # what a grid can run, and its config
@@ -83,7 +83,8 @@ class Run:
         if isinstance(self.config, NotebookRun):
             return self.config.command_line()
         args = [sys.executable, "-m", "course_lib", "finetune"]
-        fields = [*dataclasses.fields(self.config), *dataclasses.fields(self.config.options)]
+        nested = [v for v in vars(self.config).values() if isinstance(v, Validated)]  # method's, family's options
+        fields = [*dataclasses.fields(self.config), *(f for options in nested for f in dataclasses.fields(options))]
         defaults = {f.name: f.default for f in fields}
         for name, value in self.config.to_dict().items():
             flag = "--" + name.replace("_", "-")

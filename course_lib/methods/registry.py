@@ -23,7 +23,7 @@ from typing import Callable
 from course_lib.methods import asa
 from course_lib.methods import ssa
 from course_lib.methods import ssaf
-from course_lib.config import Validated
+from course_lib.config import NoOptions, Validated
 from course_lib.errors import UsageError, choice_error
 from course_lib.model.heads import MeanPoolClassifier
 from course_lib.tasks.sentence import SENTENCE
@@ -40,11 +40,6 @@ class EpochContext:
     special_ids: set[int]
     mask_id: int
     probe: Callable[[list[dict]], list]
-
-
-@dataclass
-class NoOptions(Validated):
-    """The options of a method that has none (vanilla)."""
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,7 @@ class GlueTask(LabelSet):
             if getattr(cfg, option, None):
                 raise UsageError(f"--{option.replace('_', '-')} is not read for GLUE task {self.name!r}: its data "
                                  f"comes from --glue-dir or GLUE_DIR (for your own files: --task custom)")
+        cfg.task_options.refuse_for(self.name, (*self.tsv.text_columns, self.tsv.label_column))
         return self
 
     def load(self, split: str, cfg) -> list["Example"]:

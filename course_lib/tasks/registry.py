@@ -14,9 +14,10 @@ A run asks for its task through `run_task(cfg)`: the preset bound to the run's f
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable
 
+from course_lib.config import NoOptions, Validated
 from course_lib.errors import UsageError, choice_error, find_named
 from course_lib.tasks import cs224n, glue, multiple_choice, sentence, sentence_files, span_qa, squad, tagging
 
@@ -40,6 +41,8 @@ class TaskFamily:
     length(feature)                                its token count, for batching by length
     custom(cfg)                                    `--task custom` for this family: a preset made from the
                                                    run's files and options (None: the family has no such form)
+    options                                        the family's own options, a Validated dataclass; a run of
+                                                   the family holds an instance as cfg.task_options
     """
 
     name: str
@@ -54,6 +57,7 @@ class TaskFamily:
     predictions_suffix: str
     length: Callable = lambda feature: len(feature["input_ids"])
     custom: Callable | None = None
+    options: type[Validated] = NoOptions
 
 
 FAMILIES: dict[str, TaskFamily] = {}
@@ -109,10 +113,24 @@ def run_task(cfg):
     return get_task(cfg.task).bind(cfg)
 
 
-def run_family(cfg) -> str:
-    """The run's task family, known without reading a file: its preset's, or the one --task-type names (a bad
-    or missing --task-type: `run_task`'s one-line error)."""
-    return get_task(cfg.task).family or TASK_TYPES.get(cfg.task_type) or run_task(cfg).family
+def family_of(task: str, task_type: str | None) -> TaskFamily:
+    """A run's task family, known without reading a file: its preset's, or the one --task-type names for
+    --task custom (a bad or missing --task-type: the one-line error that lists the valid ones)."""
+    preset = get_task(task)
+    if preset.family is not None:
+        return get_family(preset.family)
+    if task_type not in TASK_TYPES:
+        raise choice_error("--task-type for --task custom", task_type, TASK_TYPES)
+    return get_family(TASK_TYPES[task_type])
+
+
+def family_option_owners() -> dict[str, str]:
+    """{option: the task families that read it}: what a key of another family's options is to a run."""
+    owners: dict[str, list[str]] = {}
+    for family in FAMILIES.values():
+        for f in fields(family.options):
+            owners.setdefault(f.name, []).append(family.name)
+    return {name: "task family " + ", ".join(names) for name, names in owners.items()}
 
 
 def get_task(name: str):
@@ -124,17 +142,17 @@ register_family(TaskFamily(
     sentence.SENTENCE, "classification or regression of a sentence or a pair",
     read=sentence.read, encode=sentence.encode, collate=sentence.collate, build_head=sentence.plain_head,
     decode=sentence.decode, score=sentence.score, write_predictions=sentence.write_predictions,
-    predictions_suffix="tsv", custom=sentence_files.custom))
+    predictions_suffix="tsv", custom=sentence_files.custom, options=sentence.SentenceFileOptions))
 register_family(TaskFamily(
     span_qa.SPAN_QA, "span question answering: the answer is a span of the context",
     read=span_qa.read, encode=span_qa.encode, collate=squad.collate_squad, build_head=span_qa.plain_head,
     decode=span_qa.decode, score=span_qa.score, write_predictions=span_qa.write_predictions,
-    predictions_suffix="json"))
+    predictions_suffix="json", options=span_qa.SpanQAOptions))
 register_family(TaskFamily(
     tagging.TAGGING, "token tagging: a tag per word (named entities), scored by entity",
     read=tagging.read, encode=tagging.encode, collate=tagging.collate, build_head=tagging.plain_head,
     decode=tagging.decode, score=tagging.score, write_predictions=tagging.write_predictions,
-    predictions_suffix="conll", length=tagging.length, custom=tagging.custom))
+    predictions_suffix="conll", length=tagging.length, custom=tagging.custom, options=tagging.TaggingFileOptions))
 register_family(TaskFamily(
     multiple_choice.MULTIPLE_CHOICE, "multiple choice: one (context, choice) pair encoded per choice",
     read=multiple_choice.read, encode=multiple_choice.encode, collate=multiple_choice.collate,

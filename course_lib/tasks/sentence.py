@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
 
+from course_lib.config import Validated
 from course_lib.errors import UsageError
 from course_lib.model.heads import SequenceClassifier
 from course_lib.repro import atomic_write
@@ -18,6 +19,24 @@ from course_lib.tasks.batching import pad_tokens
 from course_lib.tasks.metrics import compute_metrics, degenerate_predictions
 
 SENTENCE = "sentence"  # the family's name in the task registry (course_lib.tasks.registry)
+
+
+@dataclass
+class SentenceFileOptions(Validated):
+    """What a run's own sentence files hold (`--task custom`, `sentence_files.custom`): a preset knows its columns
+    and labels, so it refuses these rather than ignore them (`refuse_for`)."""
+
+    text_columns: str | None = None  # sentence files: the text column, or two for a pair ("sentence1,sentence2")
+    label_column: str | None = None  # sentence files: the label column (default "label")
+    labels: str | None = None  # custom files: the label set, comma list (None: the training file's; for
+    #   classification sorted, numbers as numbers; for tagging O, then B-type and I-type of every type it tags)
+
+    def refuse_for(self, preset: str, columns: tuple[str, ...]) -> None:
+        """One line naming the first option given, for a preset that reads its own `columns`."""
+        given = next((f.name for f in fields(self) if getattr(self, f.name)), None)
+        if given:
+            raise UsageError(f"--{given.replace('_', '-')} is for --task custom; {preset} reads its own columns "
+                             f"({', '.join(columns)})")
 
 
 @dataclass

@@ -71,10 +71,7 @@ class FileSentenceTask(glue.LabelSet):
     def bind(self, cfg) -> FileSentenceTask:
         """The preset for a run, its files resolved. A preset knows its columns and labels, so the options that
         describe a custom file are refused rather than ignored."""
-        for option in ("text_columns", "label_column", "labels"):
-            if getattr(cfg, option, None):
-                raise UsageError(f"--{option.replace('_', '-')} is for --task custom; {self.name} reads its own "
-                                 f"columns ({', '.join((*self.text_columns, self.label_column))})")
+        cfg.task_options.refuse_for(self.name, (*self.text_columns, self.label_column))
         return self.resolved(cfg)
 
     def resolved(self, cfg) -> FileSentenceTask:
@@ -295,8 +292,8 @@ def _name_list(option: str, text: str, counts: tuple[int, ...]) -> tuple[str, ..
 
 def custom_text_columns(cfg, train: Path) -> tuple[str, ...]:
     """--text-columns (one, or two for a pair), else the training file's 'sentence' or 'text' column."""
-    if cfg.text_columns:
-        return _name_list("text-columns", cfg.text_columns, (1, 2))
+    if cfg.task_options.text_columns:
+        return _name_list("text-columns", cfg.task_options.text_columns, (1, 2))
     found = file_columns(train)
     for name in DEFAULT_TEXT_COLUMNS:
         if name in found:
@@ -309,19 +306,19 @@ def custom_text_columns(cfg, train: Path) -> tuple[str, ...]:
 def custom(cfg) -> FileSentenceTask:
     """`--task custom --task-type classification|regression`: a preset made from --train-file, --validation-file
     and optionally a labelled --test-file, with --text-columns, --label-column and --labels."""
-    regression = cfg.task_type == "regression"
+    regression, options = cfg.task_type == "regression", cfg.task_options
     if getattr(cfg, "data_dir", None):
         raise UsageError("--data-dir is for presets; --task custom reads --train-file, --validation-file and "
                          "--test-file")
-    if regression and cfg.labels:
+    if regression and options.labels:
         raise UsageError("--labels names classes; --task-type regression reads numbers (give classification)")
     task = FileSentenceTask("custom", (), None, REGRESSION_METRICS if regression else CLASSIFICATION_METRICS,
-                            sources.Source(), label_column=cfg.label_column or "label").resolved(cfg)
+                            sources.Source(), label_column=options.label_column or "label").resolved(cfg)
     train = task.paths["train"]
     task = replace(task, text_columns=custom_text_columns(cfg, train))
     if regression:
         return task
-    names = _name_list("labels", cfg.labels, ()) if cfg.labels else \
+    names = _name_list("labels", options.labels, ()) if options.labels else \
         sorted_labels(label for _, label, _ in read_rows(task, train))
     if len(names) < 2:
         raise UsageError(f"{train}: every label is {names[0]!r}: a classifier needs two classes or more "

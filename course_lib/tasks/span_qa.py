@@ -12,11 +12,23 @@ from pathlib import Path
 
 import torch
 
+from course_lib.config import Validated, positive
 from course_lib.errors import UsageError
 from course_lib.model.heads import SpanHead
 from course_lib.tasks import squad
 
 SPAN_QA = "span_qa"
+
+
+@dataclass
+class SpanQAOptions(Validated):
+    """How a span-QA run cuts its inputs (BERT's run_squad.py names both)."""
+
+    doc_stride: int = 128  # span QA: context tokens shared by consecutive windows over a long paragraph
+    max_query_length: int = 64  # span QA: question tokens kept; longer questions are cut
+
+    def validate(self) -> None:
+        positive(self, "doc_stride", "max_query_length")
 
 
 @dataclass(frozen=True)
@@ -71,7 +83,8 @@ def read(task: SquadTask, split: str, cfg) -> list[squad.QAExample]:
 
 def encode(examples: list[squad.QAExample], tokenizer, cfg, training: bool) -> list[dict]:
     """Windows of the contexts; evaluation windows also hold their question (for decoding and scoring)."""
-    features = squad.encode_squad(examples, tokenizer, cfg.max_len, cfg.doc_stride, cfg.max_query_length,
+    options = cfg.task_options
+    features = squad.encode_squad(examples, tokenizer, cfg.max_len, options.doc_stride, options.max_query_length,
                                   training=training)
     if not training:
         by_id = {ex.id: ex for ex in examples}

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
 
+from course_lib.config import Validated
 from course_lib.errors import UsageError
 from course_lib.model.heads import IGNORE_INDEX, TokenClassifier
 from course_lib.repro import atomic_write
@@ -31,6 +32,14 @@ OUTSIDE = "O"
 DOCSTART = "-DOCSTART-"  # CoNLL-2003's document boundary line: not a token
 TAG_FORM = re.compile(r"O|[BI]-\S+")  # O, or B-/I- and an entity type
 EXPECTED_LINE = "expected 'token ... tag'"
+
+
+@dataclass
+class TaggingFileOptions(Validated):
+    """The label set of a run's own CoNLL files (`--task custom --task-type tagging`); a preset's is fixed."""
+
+    labels: str | None = None  # custom files: the label set, comma list (None: the training file's; for
+    #   classification sorted, numbers as numbers; for tagging O, then B-type and I-type of every type it tags)
 
 
 @dataclass(frozen=True)
@@ -80,21 +89,14 @@ class TaggingTask:
     def bind(self, cfg) -> "TaggingTask":
         """The preset for a run: its splits' files (the run's, its folder's, else the hub's), test scored beside
         dev when there is one. --labels is refused: a preset's label set is fixed."""
-        _refuse_options(self.name, cfg, ("labels", "text_columns", "label_column"))
+        if cfg.task_options.labels:
+            raise UsageError(f"--labels is not read for tagging task {self.name!r}: its label set is fixed")
         paths = split_paths(self.source, cfg)
         return replace(self, paths=paths, dev_splits=_dev_splits(paths))
 
 
 def _dev_splits(paths: dict) -> tuple[str, ...]:
     return ("dev", "test") if "test" in paths else ("dev",)
-
-
-def _refuse_options(name: str, cfg, options: tuple[str, ...]) -> None:
-    """Options for other kinds of files are refused rather than ignored."""
-    for option in options:
-        if getattr(cfg, option, None):
-            why = "its label set is fixed" if option == "labels" else "a CoNLL file has the token first, the tag last"
-            raise UsageError(f"--{option.replace('_', '-')} is not read for tagging task {name!r}: {why}")
 
 
 PRESETS = (
@@ -214,10 +216,9 @@ def file_labels(sentences: list[TaggedSentence]) -> tuple[str, ...]:
 def custom(cfg) -> TaggingTask:
     """`--task custom --task-type tagging`: the run's CoNLL files, the label set from --labels (ids in that
     order) else from the training file."""
-    _refuse_options(CUSTOM, cfg, ("text_columns", "label_column"))
-    source = Source()  # the run's files only: no folder, no hub
+    source, given = Source(), cfg.task_options.labels  # the run's files only: no folder, no hub
     paths = split_paths(source, cfg)
-    labels = _labels_option(cfg.labels) if cfg.labels else file_labels(read_conll(paths["train"]))
+    labels = _labels_option(given) if given else file_labels(read_conll(paths["train"]))
     return TaggingTask(CUSTOM, labels, source, paths=paths, dev_splits=_dev_splits(paths))
 
 

@@ -12,18 +12,18 @@ from dataclasses import dataclass, field
 
 from course_lib.errors import UsageError, choice_error
 
-from course_lib.config import Validated, fraction, non_negative, optional_positive, positive, unit_interval
-from course_lib.methods.registry import METHODS, NoOptions, get_method, option_owners
+from course_lib.config import NoOptions, Validated, fraction, non_negative, optional_positive, positive, unit_interval
+from course_lib.methods.registry import METHODS, get_method, option_owners
 from course_lib.methods.ssa import SSAOptions
 from course_lib.model.config import MIXED_PRECISION
+from course_lib.tasks.registry import FAMILIES, TASK_TYPES, TASKS, family_of, family_option_owners, get_task
+from course_lib.tasks.span_qa import SpanQAOptions
 
 NONFINITE_LOSS = ("stop", "skip")  # what a NaN or infinite loss does to the run
 
 
 def _shared_run_checks(cfg) -> None:
     """The checks of the fields a run config shares with the others (every field here exists on cfg)."""
-    from course_lib.errors import choice_error
-
     if cfg.mixed_precision not in MIXED_PRECISION:
         raise choice_error("mixed precision", cfg.mixed_precision, MIXED_PRECISION)
     if cfg.on_nonfinite_loss not in NONFINITE_LOSS:
@@ -61,11 +61,9 @@ class TrainingRunConfig(Validated):
     on_nonfinite_loss: str = "stop"  # stop: fail keeping the last good checkpoint; skip: drop that step
     fast_kernels: bool = True  # swap the CPU kernels in (course_lib.fast.optimize): same function, faster;
     #   dropout masks are drawn another way, so runs with and without differ by their draws
-    doc_stride: int = 128  # span QA: context tokens shared by consecutive windows over a long paragraph
-    max_query_length: int = 64  # span QA: question tokens kept; longer questions are cut
 
     def validate(self) -> None:
-        positive(self, "epochs", "max_len", "batch_size", "eval_batch_size", "lr", "doc_stride", "max_query_length")
+        positive(self, "epochs", "max_len", "batch_size", "eval_batch_size", "lr")
         optional_positive(self, "max_train_samples", "max_eval_samples")
         fraction(self, "warmup_ratio", "classifier_dropout")
         non_negative(self, "weight_decay", "max_grad_norm", "save_every")
@@ -82,50 +80,49 @@ class FinetuneConfig(TrainingRunConfig):
     validation_file: str | None = None  # replaces the preset's dev data (span QA: a SQuAD JSON file)
     test_file: str | None = None  # a labelled test split, scored like dev (replaces a preset's test data)
     data_dir: str | None = None  # a preset's folder of files (None: its variable, e.g. $WNUT17_DIR, else the hub)
-    text_columns: str | None = None  # sentence files: the text column, or two for a pair ("sentence1,sentence2")
-    label_column: str | None = None  # sentence files: the label column (default "label")
-    labels: str | None = None  # classification files: the label set, comma list (None: the training file's
-    #   labels, sorted; numbers sort as numbers)
     output_dir: str = "runs/finetune"  # checkpoints, weights and metrics.json; a rerun resumes from here
     method: str = "vanilla"  # the attention method fine-tuned, a name in the method registry (vanilla: plain BERT)
     options: Validated | None = None  # the method's own options, an instance of its registry entry's `options`
     #   class (None: their defaults); flat in from_dict, to_dict, the command line and metrics.json
+    task_options: Validated | None = None  # the task family's own options (span QA's strides, a custom file's
+    #   columns), an instance of its registry entry's `options` class (None: their defaults); flat as `options`
     carried: dict = field(default_factory=dict, compare=False, metadata={"saved": False})  # other methods'
     #   options, carried by a notebook's grid base to the runs of those methods (from_params); never read by this
     #   run, never saved
 
     def validate(self) -> None:
-        from course_lib.tasks.registry import TASK_TYPES, get_task
-
         task = get_task(self.task)
         if self.task_type is not None and self.task_type not in TASK_TYPES:
             raise choice_error("task_type", self.task_type, TASK_TYPES)
         if self.max_len is None:
             self.max_len = task.max_len
         super().validate()
-        options = get_method(self.method).options
-        if self.options is None:
-            self.options = options()
-        if type(self.options) is not options:
-            raise UsageError(f"FinetuneConfig.options for method {self.method!r} must be {options.__name__}, got "
-                             f"{type(self.options).__name__}")
-        for owner in {m.options for m in METHODS.values()} - {NoOptions}:  # a carried value fails now
-            owner.from_dict({k: v for k, v in self.carried.items() if k in owner.__dataclass_fields__})
+        for name, owner, klass in (("options", f"method {self.method!r}", get_method(self.method).options),
+                                   ("task_options", f"task {self.task!r}",
+                                    family_of(self.task, self.task_type).options)):
+            if getattr(self, name) is None:
+                setattr(self, name, klass())
+            if type(getattr(self, name)) is not klass:
+                raise UsageError(f"FinetuneConfig.{name} for {owner} must be {klass.__name__}, got "
+                                 f"{type(getattr(self, name)).__name__}")
+        for klass in set(self.option_classes()) - {NoOptions}:  # a carried value fails now
+            klass.from_dict({k: v for k, v in self.carried.items() if k in klass.__dataclass_fields__})
 
     @classmethod
     def nested(cls, values: dict) -> dict[str, type]:
-        return {"options": get_method(values.get("method", cls.method)).options}
+        return {"options": get_method(values.get("method", cls.method)).options,
+                "task_options": family_of(values.get("task", cls.task), values.get("task_type")).options}
 
     @classmethod
     def option_classes(cls) -> list[type]:
-        return list(dict.fromkeys(m.options for m in METHODS.values()))
+        return list(dict.fromkeys([*(m.options for m in METHODS.values()), *(f.options for f in FAMILIES.values())]))
 
     @classmethod
     def foreign(cls, values: dict) -> dict[str, str]:
-        return option_owners()
+        return {**option_owners(), **family_option_owners()}
 
-    def unset(self) -> "FinetuneConfig":
-        return FinetuneConfig(task=self.task, method=self.method)  # max_len's default is the task's (SQuAD: 384)
+    def unset(self) -> "FinetuneConfig":  # max_len's default is the task's (SQuAD: 384)
+        return FinetuneConfig(task=self.task, task_type=self.task_type, method=self.method)
 
 
 @dataclass
@@ -172,7 +169,6 @@ class PretrainConfig(Validated):
 
     def validate(self) -> None:
         from course_lib.methods.ag import BOUNDARIES, REDUCTIONS, assign_heads
-        from course_lib.errors import choice_error
 
         if self.method not in PRETRAIN_METHODS:
             raise choice_error("pretraining method", self.method, PRETRAIN_METHODS)
@@ -222,40 +218,34 @@ class MultitaskConfig(TrainingRunConfig):
     use_gpu: bool = False  # the course's flag: insist on a CUDA GPU (without it a GPU is still used when present)
     ssa_options: SSAOptions | None = None  # SSA-Co's options for the tasks in `ssa` (None: their defaults); flat
     #   in from_dict, to_dict, the command line and metrics.json
+    span_qa_options: SpanQAOptions | None = None  # the span-QA family's options, for a span-QA task among
+    #   `tasks` (None: their defaults); flat as ssa_options. The other families' options describe custom files,
+    #   which a multitask run does not take
 
     @classmethod
     def nested(cls, values: dict) -> dict[str, type]:
-        return {"ssa_options": SSAOptions}
+        return {"ssa_options": SSAOptions, "span_qa_options": SpanQAOptions}
 
     @classmethod
     def option_classes(cls) -> list[type]:
-        return [SSAOptions]
+        return [SSAOptions, SpanQAOptions]
 
     def task_names(self) -> list[str]:
         """The tasks' registry names, in the order given ('SST-2' becomes 'sst2')."""
-        from course_lib.tasks.registry import get_task
-
         return [get_task(name.strip()).name for name in self.tasks.split(",") if name.strip()]
 
     def ssa_task_names(self) -> list[str]:
         if self.ssa in ("none", "all"):
             return [] if self.ssa == "none" else self.task_names()
-        from course_lib.tasks.registry import get_task
-
         return [get_task(name.strip()).name for name in self.ssa.split(",")]
 
     def separate_pair_tasks(self) -> list[str]:
         """The tasks whose sentence pairs are encoded one sentence at a time (pair_encoding separate)."""
-        from course_lib.tasks.registry import get_task
-
         if self.pair_encoding != "separate":
             return []
         return [name for name in self.task_names() if len(getattr(get_task(name), "text_columns", ())) == 2]
 
     def validate(self) -> None:
-        from course_lib.errors import choice_error
-        from course_lib.tasks.registry import get_task
-
         if self.tasks is None:
             self.tasks = CS224N_TASKS if self.cs224n else DEFAULT_MULTITASK_TASKS
         if self.pair_encoding is None:
@@ -281,6 +271,8 @@ class MultitaskConfig(TrainingRunConfig):
             self.max_len = max(get_task(name).max_len for name in names)
         if self.ssa_options is None:
             self.ssa_options = SSAOptions()
+        if self.span_qa_options is None:
+            self.span_qa_options = SpanQAOptions()
         super().validate()
         unit_interval(self, "schedule_alpha_end")
         if self.use_gpu:
@@ -342,7 +334,6 @@ def field_choices(cls) -> dict[str, tuple[str, ...]]:
     """The valid names of the fields that take one: validate() checks them, --help lists them. A config class's
     own `choices` (a method's options) and, for the run configs, the registries' names."""
     from course_lib.methods.ag import BOUNDARIES, REDUCTIONS
-    from course_lib.tasks.registry import TASK_TYPES, TASKS
 
     per_class = {
         FinetuneConfig: {"task": tuple(TASKS), "task_type": tuple(TASK_TYPES), "method": tuple(METHODS)},

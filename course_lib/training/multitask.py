@@ -35,6 +35,7 @@ from course_lib.model.pair_heads import SeparatePairClassifier, encode_separatel
 from course_lib.tasks import batching
 from course_lib.tasks.cs224n import CourseTask
 from course_lib.tasks.registry import get_family, get_task, run_task
+from course_lib.tasks.span_qa import SPAN_QA
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, TrainingRunConfig
 from course_lib.errors import UsageError
 from course_lib.model.heads import ClassifierOutput, SequenceClassifier
@@ -134,13 +135,15 @@ class MultitaskBert(nn.Module):
 
 
 def task_config(cfg: MultitaskConfig, name: str) -> FinetuneConfig:
-    """The single-task run of one task: the shared fields, method ssa-co for an SSA task, else vanilla. The data
-    folder goes to the course's presets only: the others find theirs as they do alone (GLUE_DIR, SQUAD_DIR, ...)."""
+    """The single-task run of one task: the shared fields, method ssa-co for an SSA task, else vanilla, and the
+    span-QA options for a span-QA task. The data folder goes to the course's presets only: the others find
+    theirs as they do alone (GLUE_DIR, SQUAD_DIR, ...)."""
     recipe = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(TrainingRunConfig)}
-    ssa = name in cfg.ssa_task_names()
+    ssa, task = name in cfg.ssa_task_names(), get_task(name)
     return FinetuneConfig(**recipe, task=name, output_dir=str(Path(cfg.output_dir) / name),
                           method="ssa-co" if ssa else "vanilla", options=cfg.ssa_options if ssa else None,
-                          data_dir=cfg.data_dir if isinstance(get_task(name), CourseTask) else None)
+                          task_options=cfg.span_qa_options if task.family == SPAN_QA else None,
+                          data_dir=cfg.data_dir if isinstance(task, CourseTask) else None)
 
 
 def build_multitask(cfg: MultitaskConfig, encoder, tokenizer) -> MultitaskBert:
