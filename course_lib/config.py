@@ -6,8 +6,9 @@ wrong types with a `UsageError` that names the bad key and the valid ones (paper
 
 A run config may hold another config as one of its fields: a method's options (`ASAOptions`, in the method's
 module) or its task family's (`SpanQAOptions`) inside a fine-tuning run's config. Such a field is nested in
-Python (`cfg.options.asa_tau`) and flat everywhere else: `from_dict` takes its keys beside the run's own, `to_dict` writes them there, so the command
-line, YAML grids, notebook parameters and `metrics.json` name each option once, as `asa_tau`.
+Python (`cfg.options.asa_tau`) and flat everywhere else: `from_dict` takes its keys beside the run's own,
+`to_dict` writes them there, so the command line, YAML grids, notebook parameters and `metrics.json` name each
+option once, as `asa_tau`.
 """
 from __future__ import annotations
 
