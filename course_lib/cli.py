@@ -16,8 +16,6 @@ import typing
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, field_choices, field_docs
 from course_lib.errors import Parser, UsageError, report_errors
 from course_lib.fast.allocator import keep_freed_memory, memory_mode
-from course_lib.methods.registry import option_owners
-from course_lib.tasks.registry import family_option_owners
 
 ENTRY_POINTS = (  # the other command lines, named in the top-level --help
     ("course_lib.notebooks", "run a notebook with a preset and --set overrides (papermill), or list them"),
@@ -61,17 +59,17 @@ def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
         if f.name in flat:
             _add_field(parser, config_cls, f, hints, docs, choices)
     groups: dict[str, list] = {}  # who reads an option: its options, in declaration order
-    readers = {**option_owners(), **family_option_owners()}
+    readers = config_cls.foreign({})  # each option's readers, where a run reads only some (its method's)
     for options in config_cls.option_classes():
         for f in dataclasses.fields(options):
-            title = f"options of {readers[f.name]}" if config_cls is FinetuneConfig else options.__doc__.rstrip(".")
+            title = f"options of {readers[f.name]}" if readers else options.__doc__.rstrip(".")
             if all(f.name != seen.name for fs in groups.values() for seen, _ in fs):
                 groups.setdefault(title, []).append((f, options))
     for title, members in groups.items():
         group = parser.add_argument_group(title)
         for f, options in members:
             _add_field(group, options, f, typing.get_type_hints(options), field_docs(options),
-                       field_choices(options), given_only=config_cls is FinetuneConfig)
+                       field_choices(options), given_only=bool(readers))
 
 
 def _epilog() -> str:

@@ -13,7 +13,7 @@ from course_lib.bench.head_speed import format_head_speed, span_speed, tagging_s
 from course_lib import cli
 from course_lib.training.config import PretrainConfig
 
-TINY_PRETRAIN = PretrainConfig(num_layers=1, hidden_size=32, num_heads=8, intermediate_size=64, max_len=16,
+TINY_PRETRAIN = PretrainConfig(method="ag", num_layers=1, hidden_size=32, num_heads=8, intermediate_size=64, max_len=16,
                                batch_size=4)
 
 

@@ -277,7 +277,8 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
     lines = batching.subsample(lines, 4 * epoch_examples + 64 * batch_size, seed=0)
     steps, saved, contestants, tokenizer = _finetune_contestants(model_name, lines, batch_size, seq_len, accelerator,
                                                                  fast_kernels)
-    pcfg = pretrain_config or PretrainConfig(max_len=seq_len, batch_size=batch_size, fast_kernels=fast_kernels)
+    pcfg = pretrain_config or PretrainConfig(method="ag", max_len=seq_len, batch_size=batch_size,
+                                             fast_kernels=fast_kernels)  # AG's options: its scale too
     tokens = _pretrain_contestants(pcfg, lines, tokenizer, accelerator, steps, saved)
     rows = _method_rows(interleaved(steps, repeats, warmup, desc="method steps"), saved)
 
@@ -292,7 +293,7 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
     return {"batch_size": batch_size, "seq_len": seq_len, "threads": torch.get_num_threads(),
             "model": str(resolve_model_dir(model_name)), "text": source, "repeats": repeats,
             "pretrain_model": {"layers": pcfg.num_layers, "hidden": pcfg.hidden_size, "heads": pcfg.num_heads,
-                               "ag_head_types": pcfg.ag_head_types, "tokens": tokens},
+                               "ag_head_types": pcfg.options.ag_head_types, "tokens": tokens},
             "load_average": {"before": load_before, "after": machine_load()}, "methods": rows, "ssa_labels": ssa}
 
 
@@ -351,7 +352,7 @@ def _pretrain_contestants(pcfg, lines: list[str], tokenizer, accelerator, steps:
     inputs, labels = mask_tokens(input_ids, tokenizer.all_special_ids, tokenizer.mask_token_id, len(tokenizer),
                                  pcfg.mlm_probability, step_generator(pcfg.seed, 0))
     batch = (inputs, attention_mask, labels)
-    alpha = ag_scale_at(0, pcfg.max_steps, pcfg.ag_scale, pcfg.ag_plateau_steps)
+    alpha = ag_scale_at(0, pcfg.max_steps, pcfg.options.ag_scale, pcfg.options.ag_plateau_steps)
     for name, guide in (("mlm", None), ("ag", guidance)):
         steps[name] = (lambda g=guide: _pretrain_step(mlm_model, mlm_optimizer, batch, g, alpha, accelerator,
                                                       pcfg.max_grad_norm))

@@ -24,16 +24,44 @@ Paper text versus the authors' code (trainer_ag.py), and what we do (docs/method
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import ClassVar, Iterable, Sequence
 
 import torch
 
+from course_lib.config import Validated, non_negative
 from course_lib.model.attention import at_least_fp32
 from course_lib.errors import UsageError, choice_error
 
 PATTERNS = ("identity", "next", "prev", "first", "delim", "period")  # counts in this order, as the code's
 BOUNDARIES = ("uniform", "zero")
 REDUCTIONS = ("mean", "frobenius")
+
+
+@dataclass
+class GuidanceOptions(Validated):
+    """The patterns a pre-training run's heads are scored against on the held-out blocks (an MLM run's too: how
+    far its unguided heads are from them) and that AG trains them towards."""
+
+    ag_head_types: str = "0,1,1,4"  # head counts for identity,next,prev,first[,delim,period], or names
+    ag_reduction: str = "mean"  # mean (authors' code) | frobenius (paper)
+    ag_boundary: str = "uniform"  # last [Next] / first [Prev] row uniform (paper) | zero (code)
+
+    choices: ClassVar[dict] = {"ag_reduction": REDUCTIONS, "ag_boundary": BOUNDARIES}
+
+    def check_heads(self, num_heads: int) -> None:
+        """The one-line error when ag_head_types guides more heads than the model has."""
+        assign_heads(self.ag_head_types, num_heads)
+
+
+@dataclass
+class AGOptions(GuidanceOptions):
+    """AG's options: the patterns, and the weight alpha_t of L_AG in the training loss."""
+
+    ag_scale: float = 10.0  # alpha_0 (paper: 10 for 12/16 layers, 100 for 8; code default 10)
+    ag_plateau_steps: int = 0  # steps at alpha_0 before the linear decay (the code: 20000)
+
+    def validate(self) -> None:
+        non_negative(self, "ag_scale", "ag_plateau_steps")
 
 
 @dataclass(frozen=True)
@@ -192,3 +220,24 @@ class AttentionGuidance:
                     total = total + squared / probs.shape[0]
         return total
         ### END SOLUTION
+
+
+class GuidedObjective:
+    """AG's term of the pre-training loss, alpha_t · L_AG, which the pre-training job adds to L_MLM, and what a
+    run logs of it: L_AG's mean over each logging window and alpha_t at the window's end."""
+
+    def __init__(self, options: AGOptions, guidance: AttentionGuidance, max_steps: int):
+        self.options, self.guidance, self.max_steps = options, guidance, max_steps
+
+    def loss(self, step: int, output, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        """(alpha_t · L_AG, the record a logging window sums); `output` holds every layer's attention maps."""
+        alpha = ag_scale_at(step, self.max_steps, self.options.ag_scale, self.options.ag_plateau_steps)
+        ag = self.guidance.loss(output.attentions, input_ids, attention_mask)
+        return alpha * ag, {"ag": ag, "alpha": alpha}
+
+    def add_to_window(self, window: dict, record: dict) -> None:
+        window["ag"] = window.get("ag", 0.0) + record["ag"].item()
+        window["alpha"] = record["alpha"]
+
+    def summary(self, window: dict) -> dict:
+        return {"ag_loss": window["ag"] / window["steps"], "ag_alpha": window["alpha"]}

@@ -14,6 +14,7 @@ from course_lib.errors import UsageError, choice_error
 
 from course_lib.config import NoOptions, Validated, fraction, non_negative, optional_positive, positive, unit_interval
 from course_lib.methods.registry import METHODS, get_method, option_owners
+from course_lib.methods.pretraining import PRETRAIN_METHODS, get_pretrain_method, pretrain_option_owners
 from course_lib.methods.ssa import SSAOptions
 from course_lib.model.config import MIXED_PRECISION
 from course_lib.tasks.registry import FAMILIES, TASK_TYPES, TASKS, family_of, family_option_owners, get_task
@@ -132,9 +133,10 @@ class PretrainConfig(Validated):
     The paper's recipe where it applies: lr 1e-4, no warmup, no weight decay, clipping at 1.0. The default
     model is small enough for a few hundred steps in minutes on a CPU; with its 8 heads the code's
     ag_head_types "0,1,1,4" guides 6 (lambda = 3/4 in the paper's grid; "0,1,1,2" is its chosen 1/2).
+    The method's options (`options`, from its entry in `methods.pretraining`) are flat outside Python.
     """
 
-    method: str = "mlm"  # mlm | ag
+    method: str = "mlm"  # the pre-training method, a name in methods.pretraining: mlm | ag
     corpus: str | None = None  # a text file, one sentence or paragraph a line; None: see glue_dir
     glue_dir: str | None = None  # without corpus: GLUE sentences from here, $GLUE_DIR or data/glue, else generated
     output_dir: str = "runs/pretrain"  # checkpoints, the trained model folder and metrics.json; reruns resume
@@ -161,17 +163,19 @@ class PretrainConfig(Validated):
     on_nonfinite_loss: str = "stop"  # stop: fail keeping the last good checkpoint; skip: drop that step
     fast_kernels: bool = True  # swap the CPU kernels in (course_lib.fast.optimize): same function, faster;
     #   dropout masks are drawn another way, so runs with and without differ by their draws
-    ag_scale: float = 10.0  # ag: alpha_0 (paper: 10 for 12/16 layers, 100 for 8; code default 10)
-    ag_plateau_steps: int = 0  # ag: steps at alpha_0 before the linear decay (the code: 20000)
-    ag_head_types: str = "0,1,1,4"  # ag: head counts for identity,next,prev,first[,delim,period], or names
-    ag_reduction: str = "mean"  # ag: mean (authors' code) | frobenius (paper)
-    ag_boundary: str = "uniform"  # ag: last [Next] / first [Prev] row uniform (paper) | zero (code)
+    options: Validated | None = None  # the method's options (None: their defaults): the patterns, and AG's scale
+    carried: dict = field(default_factory=dict, compare=False, metadata={"saved": False})  # AG's options given
+    #   to an MLM run's grid base (a notebook's), carried to the grid's AG runs; never read by this run, never saved
 
     def validate(self) -> None:
-        from course_lib.methods.ag import BOUNDARIES, REDUCTIONS, assign_heads
-
-        if self.method not in PRETRAIN_METHODS:
-            raise choice_error("pretraining method", self.method, PRETRAIN_METHODS)
+        options = get_pretrain_method(self.method).options
+        if self.options is None:
+            self.options = options()
+        if type(self.options) is not options:
+            raise UsageError(f"PretrainConfig.options for method {self.method!r} must be {options.__name__}, got "
+                             f"{type(self.options).__name__}")
+        for klass in self.option_classes():  # a carried value fails now
+            klass.from_dict({k: v for k, v in self.carried.items() if k in klass.__dataclass_fields__})
         positive(self, "max_steps", "max_len", "batch_size", "eval_blocks", "eval_every", "log_every", "lr",
                   "num_layers", "hidden_size", "num_heads", "intermediate_size")
         fraction(self, "hidden_dropout", "attention_dropout")
@@ -181,16 +185,24 @@ class PretrainConfig(Validated):
             raise UsageError(f"PretrainConfig.max_len must be at least 8, got {self.max_len!r}")
         if self.hidden_size % self.num_heads:
             raise UsageError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
-        non_negative(self, "warmup_steps", "weight_decay", "max_grad_norm", "ag_scale", "ag_plateau_steps")
+        non_negative(self, "warmup_steps", "weight_decay", "max_grad_norm")
         _shared_run_checks(self)
-        if self.ag_reduction not in REDUCTIONS:
-            raise choice_error("ag_reduction", self.ag_reduction, REDUCTIONS)
-        if self.ag_boundary not in BOUNDARIES:
-            raise choice_error("ag_boundary", self.ag_boundary, BOUNDARIES)
-        assign_heads(self.ag_head_types, self.num_heads)
+        self.options.check_heads(self.num_heads)
 
+    @classmethod
+    def nested(cls, values: dict) -> dict[str, type]:
+        return {"options": get_pretrain_method(values.get("method", cls.method)).options}
 
-PRETRAIN_METHODS = ("mlm", "ag")
+    @classmethod
+    def option_classes(cls) -> list[type]:
+        return list(dict.fromkeys(m.options for m in PRETRAIN_METHODS.values()))
+
+    @classmethod
+    def foreign(cls, values: dict) -> dict[str, str]:
+        return pretrain_option_owners()
+
+    def unset(self) -> "PretrainConfig":
+        return PretrainConfig(method=self.method)
 
 
 @dataclass
@@ -333,13 +345,11 @@ def _declared_field_docs(cls) -> dict[str, str]:
 def field_choices(cls) -> dict[str, tuple[str, ...]]:
     """The valid names of the fields that take one: validate() checks them, --help lists them. A config class's
     own `choices` (a method's options) and, for the run configs, the registries' names."""
-    from course_lib.methods.ag import BOUNDARIES, REDUCTIONS
-
     per_class = {
         FinetuneConfig: {"task": tuple(TASKS), "task_type": tuple(TASK_TYPES), "method": tuple(METHODS)},
         MultitaskConfig: {"tasks": tuple(t for t in TASKS if t != "custom"), "schedule": MULTITASK_SCHEDULES,
                           "pair_encoding": PAIR_ENCODINGS, "option": COURSE_OPTIONS},
-        PretrainConfig: {"method": PRETRAIN_METHODS, "ag_reduction": REDUCTIONS, "ag_boundary": BOUNDARIES},
+        PretrainConfig: {"method": tuple(PRETRAIN_METHODS)},
     }
     shared = {"mixed_precision": MIXED_PRECISION, "on_nonfinite_loss": NONFINITE_LOSS}
     return {**shared, **per_class.get(cls, {}), **getattr(cls, "choices", {})}

@@ -1,8 +1,9 @@
 """Pre-training a small BERT from scratch with masked language modelling, optionally guided by AG.
 
 `method="mlm"` minimises BERT's MLM loss (Devlin et al. 2019, Sec. 3.1); `method="ag"` adds alpha_t · L_AG,
-attention guidance (Deshpande & Narasimhan, Findings of EMNLP 2020; see `course_lib.methods.ag`). The paper's claim
-to check is that the guided model's MLM loss falls faster; both methods log the same curves for that.
+attention guidance (Deshpande & Narasimhan, Findings of EMNLP 2020; see `course_lib.methods.ag`): the method's
+entry in `course_lib.methods.pretraining` names the term it adds, so this module has no branch per method. The
+paper's claim to check is that the guided model's MLM loss falls faster; both methods log the same curves for that.
 
 Data: lines of text (a file, the GLUE training sentences, or a generated corpus) are tokenised with the
 packaged MiniLM's uncased WordPiece and packed whole into blocks `[CLS] line [SEP] line [SEP] ...` of at most
@@ -33,7 +34,8 @@ from safetensors.torch import save as safetensors_save
 from torch import nn
 
 from course_lib.tasks import batching, glue, local_data
-from course_lib.methods.ag import AttentionGuidance, ag_scale_at
+from course_lib.methods.ag import AttentionGuidance
+from course_lib.methods.pretraining import get_pretrain_method
 from course_lib.model.bert import BertModel
 from course_lib.model.config import BertConfig, check_mixed_precision
 from course_lib.training.config import PretrainConfig
@@ -265,7 +267,8 @@ def build_mlm_model(cfg: PretrainConfig, tokenizer) -> tuple["BertForMaskedLM", 
                           hidden_dropout_prob=cfg.hidden_dropout, attention_probs_dropout_prob=cfg.attention_dropout,
                           max_position_embeddings=cfg.max_len, pad_token_id=tokenizer.pad_token_id)
     model = BertForMaskedLM(bert_cfg)  # first: its initialisation draws from the seeded generator
-    guidance = AttentionGuidance(cfg.num_heads, cfg.ag_head_types, cfg.ag_reduction, cfg.ag_boundary,
+    options = cfg.options
+    guidance = AttentionGuidance(cfg.num_heads, options.ag_head_types, options.ag_reduction, options.ag_boundary,
                                  delimiter_ids=(tokenizer.cls_token_id, tokenizer.sep_token_id),
                                  period_ids=tokenizer.convert_tokens_to_ids(["."]))
     return model, guidance
@@ -280,7 +283,9 @@ class PretrainJob(Job):
     def __init__(self, cfg: PretrainConfig, train_set: list, eval_set: list, tokenizer, guidance: AttentionGuidance,
                  corpus: dict, out: Path):
         self.cfg, self.train_set, self.eval_set, self.out = cfg, train_set, eval_set, out
-        self.tokenizer, self.guidance, self.corpus, self.guided = tokenizer, guidance, corpus, cfg.method == "ag"
+        self.tokenizer, self.guidance, self.corpus = tokenizer, guidance, corpus
+        make = get_pretrain_method(cfg.method).objective  # the term the method adds to L_MLM, if any
+        self.objective = make(cfg.options, guidance, cfg.max_steps) if make else None
         self.masking = {"special_ids": tokenizer.all_special_ids, "mask_token_id": tokenizer.mask_token_id,
                         "vocab_size": len(tokenizer), "mlm_probability": cfg.mlm_probability}
         self.segments = math.ceil(cfg.max_steps / cfg.eval_every)
@@ -314,21 +319,20 @@ class PretrainJob(Job):
                                                self.tokenizer.pad_token_id)
         inputs, labels = mask_tokens(input_ids, generator=step_generator(cfg.seed, step), **self.masking)
         inputs, attention_mask, labels = inputs.to(device), attention_mask.to(device), labels.to(device)
-        output = self.loop.model(inputs, attention_mask, labels, output_attentions=self.guided)
+        output = self.loop.model(inputs, attention_mask, labels, output_attentions=self.objective is not None)
         record, loss = {"mlm": output.loss}, output.loss
-        if self.guided:
-            alpha = ag_scale_at(step, cfg.max_steps, cfg.ag_scale, cfg.ag_plateau_steps)
-            record.update(ag=self.guidance.loss(output.attentions, inputs, attention_mask), alpha=alpha)
-            loss = output.loss + alpha * record["ag"]
+        if self.objective is not None:
+            term, extra = self.objective.loss(step, output, inputs, attention_mask)
+            record.update(extra)
+            loss = output.loss + term
         return loss, loss.item(), record
 
     def record(self, record: dict) -> None:
         window = self.loop.state["window"]
         window["steps"] = window.get("steps", 0) + 1
         window["mlm"] = window.get("mlm", 0.0) + record["mlm"].item()
-        if self.guided:
-            window["ag"] = window.get("ag", 0.0) + record["ag"].item()
-            window["alpha"] = record["alpha"]
+        if self.objective is not None:
+            self.objective.add_to_window(window, record)
 
     def after_step(self, state: dict) -> None:
         """The training curve: the mean loss over each window of log_every steps, and the lr at its end."""
@@ -338,8 +342,8 @@ class PretrainJob(Job):
         if window.get("steps"):
             entry = {"step": state["global_step"], "mlm_loss": window["mlm"] / window["steps"],
                      "lr": self.loop.scheduler.get_last_lr()[0]}
-            if self.guided:
-                entry.update(ag_loss=window["ag"] / window["steps"], ag_alpha=window["alpha"])
+            if self.objective is not None:
+                entry.update(self.objective.summary(window))
             state["train_curve"].append(entry)
         state["window"] = {}
 
