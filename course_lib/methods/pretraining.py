@@ -10,10 +10,10 @@ the patterns an AG run is pulled towards.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Callable
 
-from course_lib.config import Validated
+from course_lib.config import Validated, option_readers
 from course_lib.errors import choice_error
 from course_lib.methods import ag
 
@@ -50,11 +50,7 @@ def get_pretrain_method(name: str) -> PretrainMethod:
 
 def pretrain_option_owners() -> dict[str, str]:
     """{option: the pre-training methods that read it}: what another method's option is to a run."""
-    owners: dict[str, list[str]] = {}
-    for method in PRETRAIN_METHODS.values():
-        for f in fields(method.options):
-            owners.setdefault(f.name, []).append(method.name)
-    return {name: "method " + ", ".join(names) for name, names in owners.items()}
+    return option_readers("method", ((m.name, m.options) for m in PRETRAIN_METHODS.values()))
 
 
 register_pretrain(PretrainMethod("mlm", "masked language modelling (Devlin et al. 2019)"))

@@ -17,13 +17,13 @@ line here (or in a user's file: `register(Method(...))` before `finetune`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Callable
 
 from course_lib.methods import asa
 from course_lib.methods import ssa
 from course_lib.methods import ssaf
-from course_lib.config import NoOptions, Validated
+from course_lib.config import NoOptions, Validated, option_readers
 from course_lib.errors import UsageError, choice_error
 from course_lib.model.heads import MeanPoolClassifier
 from course_lib.tasks.sentence import SENTENCE
@@ -98,11 +98,7 @@ def get_method(name: str) -> Method:
 def option_owners() -> dict[str, str]:
     """{option: the methods that read it}, over every registered method: what a key that is not the run's own
     method's option is (`FinetuneConfig.foreign`)."""
-    owners: dict[str, list[str]] = {}
-    for method in METHODS.values():
-        for f in fields(method.options):
-            owners.setdefault(f.name, []).append(method.name)
-    return {name: "method " + ", ".join(names) for name, names in owners.items()}
+    return option_readers("method", ((m.name, m.options) for m in METHODS.values()))
 
 
 register(Method("vanilla", "plain fine-tuning (Devlin et al. 2019)"))

@@ -14,10 +14,10 @@ A run asks for its task through `run_task(cfg)`: the preset bound to the run's f
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Callable
 
-from course_lib.config import NoOptions, Validated
+from course_lib.config import NoOptions, Validated, option_readers
 from course_lib.errors import UsageError, choice_error, find_named
 from course_lib.tasks import cs224n, glue, multiple_choice, sentence, sentence_files, span_qa, squad, tagging
 
@@ -126,11 +126,7 @@ def family_of(task: str, task_type: str | None) -> TaskFamily:
 
 def family_option_owners() -> dict[str, str]:
     """{option: the task families that read it}: what a key of another family's options is to a run."""
-    owners: dict[str, list[str]] = {}
-    for family in FAMILIES.values():
-        for f in fields(family.options):
-            owners.setdefault(f.name, []).append(family.name)
-    return {name: "task family " + ", ".join(names) for name, names in owners.items()}
+    return option_readers("task family", ((f.name, f.options) for f in FAMILIES.values()))
 
 
 def get_task(name: str):
