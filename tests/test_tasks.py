@@ -14,7 +14,7 @@ from course_lib.errors import UsageError
 from course_lib.methods.registry import METHODS
 from course_lib.tasks import glue, sentence
 from course_lib.tasks.registry import (FAMILIES, TASKS, TaskFamily, family_of, get_task, register_family,
-                                      register_task)
+                                      register_task, run_task)
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
 
@@ -25,6 +25,14 @@ def test_every_glue_task_is_a_preset_of_the_sentence_family():
     valid = r"anli, cola, conll2003, cs224n_cfimdb, cs224n_para, cs224n_sst, cs224n_sts, custom, "
     with pytest.raises(UsageError, match=r"unknown task 'sst3' \(valid: " + valid):
         get_task("sst3")
+
+
+def test_a_glue_preset_refuses_the_options_of_a_custom_sentence_file():
+    """The sentence family's options describe a run's own files; a GLUE preset reads its own columns (it used to
+    ignore them)."""
+    with pytest.raises(UsageError, match=r"--text-columns is for --task custom; sst2 reads its own columns "
+                                         r"\(sentence, label\)"):
+        run_task(FinetuneConfig.from_dict({"task": "sst2", "text_columns": "x"}))
 
 
 @dataclass
