@@ -117,7 +117,8 @@ def test_nonfinite_loss_stops_and_keeps_the_checkpoint(tiny_model_dir, keyword_g
      "--asa-regression-divergence, --asa-tagging-divergence, --asa-tau"),
     (["--method", "asa", "--asa-tagging-divergence", "sum"],
      "unknown asa_tagging_divergence 'sum' (valid: window-sum, word-mean)"),
-    (["--asa-tau", "0.5"], "option 'asa_tau' belongs to method asa, not to this run (its own options: none)"),
+    (["--asa-tau", "0.5"], "option 'asa_tau' belongs to method asa, not to this run (its own options: "
+                           "text_columns, label_column, labels)"),
     (["--lr", "-1"], "FinetuneConfig.lr must be > 0, got -1.0"),
     (["--glue-dir", "/nonexistent/glue"], "/nonexistent/glue"),
 ])
