@@ -70,6 +70,21 @@ class Validated:
     def validate(self) -> None:
         """Range checks beyond types; subclasses override."""
 
+    def fill_nested(self) -> None:
+        """For `validate`: each field that holds a nested config (`nested`) gets its class's defaults when None and
+        is refused when of another class; carried values (another method's options) are checked now, so a bad
+        one fails before any run starts."""
+        for name, klass in self.nested(vars(self)).items():
+            value = getattr(self, name)
+            if value is None:
+                setattr(self, name, klass())
+            elif type(value) is not klass:
+                raise UsageError(f"{type(self).__name__}.{name} must be {klass.__name__} for this run, got "
+                                 f"{type(value).__name__}")
+        carried = getattr(self, "carried", {})
+        for klass in self.option_classes():
+            klass.from_dict({k: v for k, v in carried.items() if k in klass.__dataclass_fields__})
+
     @classmethod
     def nested(cls, values: dict) -> dict[str, type]:
         """{field: config class} of the fields that hold another config, flat in `values` (a fine-tuning run's

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from course_lib.errors import UsageError, choice_error
 
-from course_lib.config import NoOptions, Validated, fraction, non_negative, optional_positive, positive, unit_interval
+from course_lib.config import Validated, fraction, non_negative, optional_positive, positive, unit_interval
 from course_lib.methods.registry import METHODS, get_method, option_owners
 from course_lib.methods.pretraining import PRETRAIN_METHODS, get_pretrain_method, pretrain_option_owners
 from course_lib.methods.ssa import SSAOptions
@@ -98,16 +98,7 @@ class FinetuneConfig(TrainingRunConfig):
         if self.max_len is None:
             self.max_len = task.max_len
         super().validate()
-        for name, owner, klass in (("options", f"method {self.method!r}", get_method(self.method).options),
-                                   ("task_options", f"task {self.task!r}",
-                                    family_of(self.task, self.task_type).options)):
-            if getattr(self, name) is None:
-                setattr(self, name, klass())
-            if type(getattr(self, name)) is not klass:
-                raise UsageError(f"FinetuneConfig.{name} for {owner} must be {klass.__name__}, got "
-                                 f"{type(getattr(self, name)).__name__}")
-        for klass in set(self.option_classes()) - {NoOptions}:  # a carried value fails now
-            klass.from_dict({k: v for k, v in self.carried.items() if k in klass.__dataclass_fields__})
+        self.fill_nested()  # the method's options and the task family's
 
     @classmethod
     def nested(cls, values: dict) -> dict[str, type]:
@@ -168,14 +159,7 @@ class PretrainConfig(Validated):
     #   to an MLM run's grid base (a notebook's), carried to the grid's AG runs; never read by this run, never saved
 
     def validate(self) -> None:
-        options = get_pretrain_method(self.method).options
-        if self.options is None:
-            self.options = options()
-        if type(self.options) is not options:
-            raise UsageError(f"PretrainConfig.options for method {self.method!r} must be {options.__name__}, got "
-                             f"{type(self.options).__name__}")
-        for klass in self.option_classes():  # a carried value fails now
-            klass.from_dict({k: v for k, v in self.carried.items() if k in klass.__dataclass_fields__})
+        self.fill_nested()  # the method's options
         positive(self, "max_steps", "max_len", "batch_size", "eval_blocks", "eval_every", "log_every", "lr",
                   "num_layers", "hidden_size", "num_heads", "intermediate_size")
         fraction(self, "hidden_dropout", "attention_dropout")
@@ -281,10 +265,7 @@ class MultitaskConfig(TrainingRunConfig):
                              f"{', '.join(n for n in names if n not in both) or 'none'})")
         if self.max_len is None:
             self.max_len = max(get_task(name).max_len for name in names)
-        if self.ssa_options is None:
-            self.ssa_options = SSAOptions()
-        if self.span_qa_options is None:
-            self.span_qa_options = SpanQAOptions()
+        self.fill_nested()  # SSA-Co's and span QA's options
         super().validate()
         unit_interval(self, "schedule_alpha_end")
         if self.use_gpu:
