@@ -136,8 +136,8 @@ def test_eval_mode_is_bitwise_vanilla():
 def test_adversarial_pass_masks_are_binary_and_cut_units_get_no_attention():
     ids, mask, labels = tiny_batch()
     model = ASAClassifier(tiny_encoder(), 2, mode="asa").train()
-    keeps = []
-    _, out = model.logits(ids, mask, attention_bias=model.adversarial_bias(mask, keeps), output_attentions=True)
+    with model.adversarial_pass(mask) as keeps:
+        _, out = model.logits(ids, mask, output_attentions=True)
     assert len(keeps) == 3
     for keep, probs in zip(keeps, out.attentions):
         assert set(keep.unique().tolist()) <= {0.0, 1.0}
@@ -360,7 +360,8 @@ def test_the_cut_row_rule_when_the_adversary_cuts_everything(cut_row):
     ids, mask, _ = tiny_batch()
     model = _all_cut(ASAClassifier(tiny_encoder(), 2, mode="asa", cut_row=cut_row)).eval()
     with torch.no_grad():
-        adversarial, _ = model.logits(ids, mask, attention_bias=model.adversarial_bias(mask, []))
+        with model.adversarial_pass(mask):
+            adversarial, _ = model.logits(ids, mask)
         if cut_row == "clean":
             want, _ = model.logits(ids, mask)
         else:
@@ -384,6 +385,24 @@ def test_a_bernoulli_uniform_cut_still_cuts_padding():
     ids, mask, _ = tiny_batch()
     model = ASAClassifier(tiny_encoder(), 2, mode="bernoulli", bernoulli_p=0.5).train()
     torch.manual_seed(0)
-    _, out = model.logits(ids, mask, attention_bias=model.adversarial_bias(mask, []), output_attentions=True)
+    with model.adversarial_pass(mask):
+        _, out = model.logits(ids, mask, output_attentions=True)
     for probs in out.attentions:
         assert (probs[0, :, :6, 6:] == 0).all()  # real queries of sequence 0 give its padding nothing
+
+
+def test_adversarial_pass_removes_its_hooks_on_exit_and_on_error():
+    """The cuts live in forward pre-hooks for the pass only: after it, even one left by an exception, the encoder
+    computes the clean logits again."""
+    ids, mask, _ = tiny_batch()
+    model = ASAClassifier(tiny_encoder(), 2, mode="bernoulli", bernoulli_p=0.5).eval()
+    with torch.no_grad():
+        clean, _ = model.logits(ids, mask)
+        with pytest.raises(KeyboardInterrupt):
+            with model.adversarial_pass(mask):
+                raise KeyboardInterrupt
+        with model.adversarial_pass(mask) as keeps:
+            cut, _ = model.logits(ids, mask)
+        after, _ = model.logits(ids, mask)
+    assert len(keeps) == len(model.encoder.layers) and not torch.equal(cut, clean)
+    assert torch.equal(after, clean) and not any(layer._forward_pre_hooks for layer in model.encoder.layers)

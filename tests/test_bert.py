@@ -8,7 +8,7 @@ import transformers
 from course_lib.model.bert import BertModel
 from course_lib.model.config import BertConfig
 from course_lib.errors import UsageError
-from course_lib.model.heads import SequenceClassifier, cls_row_layer
+from course_lib.model.heads import SequenceClassifier
 from course_lib.training.loop import param_groups
 from course_lib.model.weights import hf_to_ours, load_pretrained, ours_to_hf
 
@@ -67,21 +67,21 @@ def test_fast_path_equals_explicit_attention(ours, batch):
 
 
 def test_cls_row_last_layer_gives_hugging_faces_pooled_output_and_the_same_gradients(ours, batch, minilm_dir):
-    """The classification heads' shortcut (heads.cls_row_layer): the last layer computes [CLS] alone, with a bias
-    per query row."""
+    """The classification heads' shortcut (cls_only): the last layer computes [CLS] alone, with a bias per query
+    row."""
     model, _ = ours
     ids, mask, types = batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]
     with torch.no_grad():
-        short = model(ids, mask, types, last_layer=cls_row_layer)
+        short = model(ids, mask, types, cls_only=True)
         want = hf_model(minilm_dir, "sdpa")(**batch).pooler_output
     assert short.last_hidden_state.shape == (4, 1, model.config.hidden_size)
     torch.testing.assert_close(short.pooler_output, want, atol=ATOL, rtol=0)
     L = ids.shape[1]
     bias = torch.randn(4, 1, L, L) * (torch.rand(4, 1, L, L) < 0.3) * -1e4  # ASA-like cuts, different per row
     grads = []
-    for last_layer in (None, cls_row_layer):
+    for cls_only in (False, True):
         model.zero_grad(set_to_none=True)
-        model(ids, mask, types, attention_bias=bias, last_layer=last_layer).pooler_output.square().sum().backward()
+        model(ids, mask, types, attention_bias=bias, cls_only=cls_only).pooler_output.square().sum().backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     model.zero_grad(set_to_none=True)
     assert grads[0].keys() == grads[1].keys()
@@ -90,7 +90,7 @@ def test_cls_row_last_layer_gives_hugging_faces_pooled_output_and_the_same_gradi
 
 
 def test_attention_bias_of_minus_infinity_is_a_mask(ours, batch):
-    """Masking keys through the bias hook gives exactly what the padding mask gives."""
+    """Masking keys through the attention bias gives exactly what the padding mask gives."""
     model, _ = ours
     ids, mask = batch["input_ids"], batch["attention_mask"]
     as_bias = torch.where(mask.bool(), 0.0, torch.finfo(torch.float32).min)[:, None, None, :]
@@ -99,8 +99,6 @@ def test_attention_bias_of_minus_infinity_is_a_mask(ours, batch):
         by_bias = model(ids, None, batch["token_type_ids"], attention_bias=as_bias).last_hidden_state
     real = mask.bool()
     torch.testing.assert_close(by_bias[real], by_mask[real], atol=ATOL, rtol=0)
-    with pytest.raises(ValueError):
-        model(ids, mask, attention_bias=[None, None])  # one entry per layer, and there are 6
 
 
 def test_one_adamw_step_updates_weights_like_hugging_face(minilm_dir, batch):

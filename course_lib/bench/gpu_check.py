@@ -35,7 +35,6 @@ from pathlib import Path
 import torch
 
 from course_lib.errors import Parser, UsageError, choice_error, report_errors
-from course_lib.model.heads import cls_row_layer
 from course_lib.repro import atomic_write
 
 SHAPES = {  # Hugging Face config fields; base is bert-base-uncased's shape
@@ -227,7 +226,7 @@ def throughput(model_dir: Path, device, shapes=((32, 128), (8, 512)), repeats: i
             return run
 
         runs = {"ours": step(lambda: ours(ids, mask).pooler_output),
-                "ours_cls": step(lambda: ours(ids, mask, last_layer=cls_row_layer).pooler_output),
+                "ours_cls": step(lambda: ours(ids, mask, cls_only=True).pooler_output),
                 "hf_sdpa": step(lambda: hf(input_ids=ids, attention_mask=mask).pooler_output)}
         times = interleaved(runs, repeats, warmup, desc=f"train step {batch}x{seq}")
         median = {name: sorted(t)[len(t) // 2] for name, t in times.items()}

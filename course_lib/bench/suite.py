@@ -25,7 +25,6 @@ import torch
 
 from course_lib.fast import optimize
 from course_lib.fast.allocator import keep_freed_memory
-from course_lib.model.heads import cls_row_layer
 from course_lib.repro import progress
 from course_lib.bench.head_speed import format_head_speed, span_speed, tagging_speed
 from course_lib.bench.timing import interleaved, machine_load, ratio_summary, timed
@@ -64,8 +63,8 @@ def _contestants(model_name):
     hf = {impl: transformers.BertModel.from_pretrained(folder, attn_implementation=impl)
           for impl in ("sdpa", "eager")}
     return {"ours": lambda ids, mask: ours(ids, mask).pooler_output,
-            "ours_cls": lambda ids, mask: ours(ids, mask, last_layer=cls_row_layer).pooler_output,
-            "plain_cls": lambda ids, mask: plain(ids, mask, last_layer=cls_row_layer).pooler_output,
+            "ours_cls": lambda ids, mask: ours(ids, mask, cls_only=True).pooler_output,
+            "plain_cls": lambda ids, mask: plain(ids, mask, cls_only=True).pooler_output,
             "hf_sdpa": lambda ids, mask: hf["sdpa"](input_ids=ids, attention_mask=mask).pooler_output,
             "hf_eager": lambda ids, mask: hf["eager"](input_ids=ids, attention_mask=mask).pooler_output}, \
         [ours, plain, *hf.values()], ours.config
@@ -131,7 +130,7 @@ def format_speed(results: dict) -> str:
     lines = [f"dense fp32 matmul on this machine: {results['peak_matmul_gflops']} GFLOP/s "
              f"({results['threads']} threads); batch {results['batch_size']}",
              "ours: every position of every layer, as HF; [CLS]: the last layer computes [CLS] alone "
-             "(heads.cls_row_layer, what the classification heads use); all give HF's pooler_output. "
+             "(the encoder's cls_only, what the classification heads use); all give HF's pooler_output. "
              "ours = with fast kernels (course_lib.fast.optimize), plain = the plain PyTorch reading path",
              "| L | mode | ours s | ours [CLS] s | plain [CLS] s | HF sdpa s | HF eager s | ours vs sdpa "
              "| ours [CLS] vs sdpa | plain [CLS] vs sdpa | ours GFLOP/s | of peak |",

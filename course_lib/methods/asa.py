@@ -13,6 +13,7 @@ step (`asa_noise="none"`; `"logistic"` samples a binary Concrete instead); the p
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -191,17 +192,39 @@ class AdversarialSelfAttention:
         """Options of this family's head only (the tagger's divergence reduction); none by default."""
         return {}
 
-    def adversarial_bias(self, attention_mask, keeps: list):
-        """The per-layer bias hook for the second pass: cut units get ADVERSARIAL_MASK, shared by all heads."""
-        def bias(layer: int, hidden: torch.Tensor) -> torch.Tensor:
-            if self.mode == "asa":
-                keep = grad_reverse(binarize(self.adversaries[layer](hidden, attention_mask), self.asa_noise))
-            else:
-                B, L = hidden.shape[:2]
-                keep = (torch.rand(B, L, L, device=hidden.device) >= self.bernoulli_p).to(hidden.dtype)
-            keeps.append(keep)
-            return self.cut(keep, attention_mask)
-        return bias
+    def layer_cut(self, index: int, hidden: torch.Tensor, attention_mask, keeps: list):
+        """Layer `index`'s cut, from that layer's input hidden (B, L, d): its keep (B, L, L), the adversary's or a
+        random one, is appended to `keeps`; returned as the bias the layer's attention gets (`self.cut`)."""
+        if self.mode == "asa":
+            keep = grad_reverse(binarize(self.adversaries[index](hidden, attention_mask), self.asa_noise))
+        else:
+            B, L = hidden.shape[:2]
+            keep = (torch.rand(B, L, L, device=hidden.device) >= self.bernoulli_p).to(hidden.dtype)
+        keeps.append(keep)
+        return self.cut(keep, attention_mask)
+
+    @contextmanager
+    def adversarial_pass(self, attention_mask):
+        """Inside it, a call of the encoder is the adversarial pass; yields the list of keeps, one per layer.
+
+        A forward pre-hook on each encoder layer computes the layer's cut from the layer's input during the pass,
+        so layer l's adversary reads hidden states already shaped by the cuts below it, as in the authors' code.
+        An added cut joins the padding mask; a `ScoreCut` replaces it (it cuts the padding keys itself)."""
+        keeps: list[torch.Tensor] = []
+
+        def hook_of(index: int):
+            def cut_layer(layer, args):
+                x, padding, *rest = args
+                cut = self.layer_cut(index, x, attention_mask, keeps)
+                return (x, cut if padding is None or isinstance(cut, ScoreCut) else padding + cut, *rest)
+            return cut_layer
+
+        handles = [layer.register_forward_pre_hook(hook_of(i)) for i, layer in enumerate(self.encoder.layers)]
+        try:
+            yield keeps
+        finally:
+            for handle in handles:
+                handle.remove()
 
     def encoder_mask(self, attention_mask):
         """The padding mask as the encoder sees it (a multiple-choice head flattens its choices)."""
@@ -211,10 +234,9 @@ class AdversarialSelfAttention:
         clean = super().forward(input_ids, attention_mask, token_type_ids, labels)
         if not self.training or labels is None:
             return clean  # inference is vanilla BERT: the adversaries are not called
-        keeps: list[torch.Tensor] = []
         mask = self.encoder_mask(attention_mask)
-        adversarial, _ = self.logits(input_ids, attention_mask, token_type_ids,
-                                     attention_bias=self.adversarial_bias(mask, keeps))
+        with self.adversarial_pass(mask) as keeps:
+            adversarial, _ = self.logits(input_ids, attention_mask, token_type_ids)
         divergence = self.divergence(clean.logits, adversarial, labels)
         loss = clean.loss + divergence
         if self.mode == "asa":  # kept units per sequence over all layers; the GRL makes the adversary maximise it

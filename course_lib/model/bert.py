@@ -7,24 +7,21 @@
 
 Shapes: B batch, L sequence length, d hidden size, H heads, d_h = d / H.
 Attention is the one pluggable part (see `course_lib.model.attention`): the row normaliser is chosen by name in
-`BertConfig.attn_normalizer`, and callers may add a bias to the logits of every layer (`attention_bias`).
+`BertConfig.attn_normalizer`, and callers may add a bias to the logits of every layer (`attention_bias`). A method
+that changes each layer's attention on its own (ASA) does so from outside, with PyTorch forward pre-hooks on the
+layers; the CPU kernels are swapped in from outside too (`course_lib.fast`).
 Parameter names are our own; `course_lib.model.weights` maps Hugging Face checkpoints onto them.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.model.attention import ScoreCut, attend, get_normalizer
+from course_lib.model.attention import attend, get_normalizer
 from course_lib.model.config import BertConfig
-
-
-BiasHook = Callable[[int, torch.Tensor], "torch.Tensor | None"]
-LayerCall = Callable[["Layer", torch.Tensor, "torch.Tensor | None", bool], tuple]
 
 
 @dataclass
@@ -117,13 +114,12 @@ class SelfAttention(nn.Module):
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor | None, need_weights: bool):
+    def forward(self, x: torch.Tensor, bias, need_weights: bool, rows: slice | None = None):
+        """rows: compute these query rows only (`BertModel`'s cls_only: the [CLS] row); every row by default.
+        Keys and values always come from every token, so a row's output is the same either way."""
         q, k, v = split_heads(self.qkv(x), self.num_heads)  # (B, L, 3d) → 3 × (B, H, L, d_h), one projection
-        return self.mix(x, q, k, v, bias, need_weights)
-
-    def mix(self, x, q, k, v, bias, need_weights: bool):
-        """Attend with the queries q (the rows of x) over the keys and values; output projection, add & norm.
-        `forward` passes every row; a head that reads [CLS] alone may pass that row only (`heads.cls_row_layer`)."""
+        if rows is not None:
+            x, q, bias = x[:, rows], q[:, :, rows], None if bias is None else bias[..., rows, :]
         context, probs = attend(q, k, v, bias, self.normalize, self.probs_dropout, need_weights)  # (B, H, Lq, d_h)
         return add_and_norm(x, self.out(merge_heads(context)), self.dropout, self.norm), probs
 
@@ -158,8 +154,8 @@ class Layer(nn.Module):
         self.attention = SelfAttention(cfg)
         self.ffn = FeedForward(cfg)
 
-    def forward(self, x, bias, need_weights):
-        x, probs = self.attention(x, bias, need_weights)
+    def forward(self, x, bias, need_weights, rows=None):
+        x, probs = self.attention(x, bias, need_weights, rows)
         return self.ffn(x), probs
 
 
@@ -187,16 +183,12 @@ class BertModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_attentions: bool = False,
-                attention_bias: torch.Tensor | Sequence[torch.Tensor | None] | BiasHook | None = None,
-                last_layer: LayerCall | None = None) -> BertOutput:
+                attention_bias: torch.Tensor | None = None, cls_only: bool = False) -> BertOutput:
         """input_ids, attention_mask (1 = real token), token_type_ids: (B, L).
 
-        attention_bias: extra additive logits, one tensor broadcastable to (B, H, L, L) for every layer, a
-        sequence with one entry (or None) per layer, or a hook `f(layer_index, layer_input)` that computes
-        each layer's bias from that layer's input (B, L, d) during the pass (ASA's adversaries). A `ScoreCut`
-        entry replaces the padding mask: its own keep must cut the padding keys.
-        last_layer: runs the last layer instead of `layer(x, bias, need_weights)`, e.g. for the [CLS] row only
-        when a head reads nothing else (`heads.cls_row_layer`).
+        attention_bias: extra additive logits for every layer, broadcastable to (B, H, L, L).
+        cls_only: the last layer computes the [CLS] row alone, all that the pooler reads, for about a quarter of
+        that layer's compute (the classification heads ask for it); last_hidden_state is then (B, 1, d).
         """
         L, positions = input_ids.shape[1], self.config.max_position_embeddings
         if L > positions:  # else the position lookup fails with a bare "index out of range in self"
@@ -205,21 +197,14 @@ class BertModel(nn.Module):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         x = self.embeddings(input_ids, token_type_ids)  # (B, L, d)
-        mask = None
+        bias = attention_bias
         if attention_mask is not None:  # padding keys get a large negative logit: (B, 1, 1, L)
             mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
-        if attention_bias is None or isinstance(attention_bias, torch.Tensor):
-            attention_bias = [attention_bias] * len(self.layers)
-        if not callable(attention_bias) and len(attention_bias) != len(self.layers):
-            raise ValueError(f"attention_bias has {len(attention_bias)} entries for {len(self.layers)} layers")
+            bias = mask if attention_bias is None else mask + attention_bias
         attentions = []
         for i, layer in enumerate(self.layers):
-            extra = attention_bias(i, x) if callable(attention_bias) else attention_bias[i]
-            bias = mask if extra is None else (extra if mask is None or isinstance(extra, ScoreCut) else mask + extra)
-            if last_layer is not None and i == len(self.layers) - 1:
-                x, probs = last_layer(layer, x, bias, output_attentions)
-            else:
-                x, probs = layer(x, bias, output_attentions)
+            last = i == len(self.layers) - 1
+            x, probs = layer(x, bias, output_attentions, slice(0, 1) if cls_only and last else None)
             attentions.append(probs)
         pooled = torch.tanh(self.pooler(x[:, 0]))  # (B, d), from the [CLS] position
         return BertOutput(x, pooled, tuple(attentions) if output_attentions else None)

@@ -6,18 +6,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from course_lib.model.bert import BertModel, BertOutput, Layer, split_heads
-
-
-def cls_row_layer(layer: Layer, x: torch.Tensor, bias: torch.Tensor | None, need_weights: bool):
-    """An encoder layer computed for the [CLS] row only: its query attends over every token's key and value, so
-    the pooled output is the full layer's, for about a quarter of the layer's compute. Output (B, 1, d); the
-    attention map, when asked for, (B, H, 1, L)."""
-    attention = layer.attention
-    q, k, v = split_heads(attention.qkv(x), attention.num_heads)  # 3 × (B, H, L, d_h)
-    row_bias = bias[..., :1, :] if bias is not None else None
-    x, probs = attention.mix(x[:, :1], q[:, :, :1], k, v, row_bias, need_weights)
-    return layer.ffn(x), probs
+from course_lib.model.bert import BertModel, BertOutput
 
 
 @dataclass
@@ -57,9 +46,9 @@ class SequenceClassifier(LinearHead):
     def logits(self, input_ids, attention_mask=None, token_type_ids=None,
                **encoder_kwargs) -> tuple[torch.Tensor, BertOutput]:
         """(logits, encoder output). Unless attention maps are asked for, the encoder's last layer computes the
-        [CLS] row only (`cls_row_layer`, when `self.cls_only`): the head reads nothing else."""
+        [CLS] row only (the encoder's `cls_only`, when `self.cls_only`): the head reads nothing else."""
         if self.cls_only and not encoder_kwargs.get("output_attentions", False):
-            encoder_kwargs.setdefault("last_layer", cls_row_layer)
+            encoder_kwargs.setdefault("cls_only", True)
         out = self.encoder(input_ids, attention_mask, token_type_ids, **encoder_kwargs)
         return self.classifier(self.dropout(out.pooler_output)), out
 
@@ -152,7 +141,7 @@ class MultipleChoiceHead(LinearHead):
     Face's `BertForMultipleChoice`.
 
     Inputs (B, C, L), C choices per question; logits (B, C); labels (B,), the right choice's index. As in
-    `SequenceClassifier`, the last layer computes the [CLS] row only (`cls_row_layer`) unless maps are asked for.
+    `SequenceClassifier`, the last layer computes the [CLS] row only (`cls_only`) unless maps are asked for.
     """
 
     cls_only = True
@@ -169,7 +158,7 @@ class MultipleChoiceHead(LinearHead):
     def logits(self, input_ids, attention_mask=None, token_type_ids=None,
                **encoder_kwargs) -> tuple[torch.Tensor, BertOutput]:
         if self.cls_only and not encoder_kwargs.get("output_attentions", False):
-            encoder_kwargs.setdefault("last_layer", cls_row_layer)
+            encoder_kwargs.setdefault("cls_only", True)
         out = self.encoder(self.flatten(input_ids), self.flatten(attention_mask), self.flatten(token_type_ids),
                            **encoder_kwargs)
         scores = self.classifier(self.dropout(out.pooler_output))  # (B * C, 1)

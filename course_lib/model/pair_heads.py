@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from course_lib.model.bert import BertModel
-from course_lib.model.heads import ClassifierOutput, SequenceClassifier, cls_row_layer
+from course_lib.model.heads import ClassifierOutput, SequenceClassifier
 
 
 def encode_separately(examples: list, tokenizer, max_len: int) -> list[dict]:
@@ -73,7 +73,7 @@ class SeparatePairClassifier(SequenceClassifier):
 
     def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """The pooled [CLS] vector of each row, (B, d); the last layer computes the [CLS] row only."""
-        return self.encoder(input_ids, attention_mask, last_layer=cls_row_layer).pooler_output
+        return self.encoder(input_ids, attention_mask, cls_only=True).pooler_output
 
     def pair_logits(self, ids1, mask1, ids2, mask2) -> torch.Tensor:
         """[q4b] The head's output for sentence pairs given as two sides, ids and masks (B, L1) and (B, L2):
