@@ -125,8 +125,9 @@ register_kind(RunKind(
     option_fields=_option_names(),
     looks_like=lambda result: isinstance(result.get("config"), dict) and "task" in result))
 register_kind(RunKind(
-    "multitask", "Multitask (one encoder, a head per task)", _defaults(MultitaskConfig), "vanilla", ("ssa",),
-    method=lambda config: "vanilla" if config.get("ssa", "none") == "none" else "ssa-co", tasks=_multitask_tasks,
+    "multitask", "Multitask (one encoder, a head per task)", _defaults(MultitaskConfig), "vanilla", ("ssa", "method"),
+    method=lambda config: "vanilla" if config.get("ssa", "none") == "none" else config.get("method", "ssa-co"),
+    tasks=_multitask_tasks,
     looks_like=lambda result: isinstance(result.get("config"), dict) and "tasks" in result))
 register_kind(RunKind(
     "pretrain", "MLM pre-training (held-out blocks)", _defaults(PretrainConfig), "mlm", ("method",),

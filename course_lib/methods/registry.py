@@ -70,6 +70,8 @@ class Method:
     clip_scope: Callable[..., list | None] = lambda cfg, model: None
     families: tuple[str, ...] | None = None  # the task families it applies to; None: every one (it only
     #   changes the encoder, whose output every family's head reads)
+    multitask: bool = False  # it may train some tasks of a multitask run: it changes only its task's head, loss
+    #   and data; not the encoder every task shares (SSAF), not the gradient clip (ASA)
 
     def check_family(self, family: str) -> None:
         """Refuse a task family the method is not defined for, in one line naming the ones it is."""
@@ -95,13 +97,18 @@ def get_method(name: str) -> Method:
     return METHODS[name]
 
 
+def multitask_methods() -> list[str]:
+    """The methods a multitask run may train its chosen tasks with (`Method.multitask`)."""
+    return [name for name, method in METHODS.items() if method.multitask]
+
+
 def option_owners() -> dict[str, str]:
     """{option: the methods that read it}, over every registered method: what a key that is not the run's own
     method's option is (`FinetuneConfig.foreign`)."""
     return option_readers("method", ((m.name, m.options) for m in METHODS.values()))
 
 
-register(Method("vanilla", "plain fine-tuning (Devlin et al. 2019)"))
+register(Method("vanilla", "plain fine-tuning (Devlin et al. 2019)", multitask=True))
 register(Method("ssaf", "sparsegen-lin attention in every head (Cui et al. 2019)", ssaf.SSAFOptions,
                 encoder_overrides=ssaf.encoder_config))
 register(Method("asa", "adversarial self-attention (Wu et al. 2023)", asa.ASAOptions,
@@ -110,12 +117,12 @@ register(Method("bernoulli-mask", "random attention masks, ASA's baseline (Wu et
                 build_model=asa.build_bernoulli_mask, families=tuple(asa.ASA_MODELS)))
 register(Method("ssa-co", "self-supervised attention, co-training (Kou et al. 2020)", ssa.SSAOptions,
                 build_model=ssa.build_ssa_co, epoch_data=ssa.ssa_epoch_data, token_labels=True,
-                families=(SENTENCE,)))
+                families=(SENTENCE,), multitask=True))
 register(Method("ssa-hybrid", "self-supervised attention with importance pooling (Kou et al. 2020)",
                 ssa.SSAHybridOptions, build_model=ssa.build_ssa_hybrid, epoch_data=ssa.ssa_epoch_data,
-                token_labels=True, families=(SENTENCE,)))
+                token_labels=True, families=(SENTENCE,), multitask=True))
 register(Method("bert-mask", "masked copies with their gold labels, SSA's baseline (Kou et al. 2020)",
-                ssa.SamplerOptions, epoch_data=ssa.bert_mask_epoch_data, families=(SENTENCE,)))
+                ssa.SamplerOptions, epoch_data=ssa.bert_mask_epoch_data, families=(SENTENCE,), multitask=True))
 register(Method("mean-pool", "vanilla with the head on the mean token vector, not [CLS] (a control)",
                 build_model=lambda cfg, encoder, task, tokenizer: MeanPoolClassifier(
-                    encoder, task.num_labels, cfg.classifier_dropout), families=(SENTENCE,)))
+                    encoder, task.num_labels, cfg.classifier_dropout), families=(SENTENCE,), multitask=True))

@@ -9,13 +9,13 @@ import inspect
 import io
 import tokenize
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from course_lib.errors import UsageError, choice_error
 
 from course_lib.config import Validated, fraction, non_negative, optional_positive, positive, unit_interval
-from course_lib.methods.registry import METHODS, get_method, option_owners
+from course_lib.methods.registry import METHODS, get_method, multitask_methods, option_owners
 from course_lib.methods.pretraining import PRETRAIN_METHODS, get_pretrain_method, pretrain_option_owners
-from course_lib.methods.ssa import SSAOptions
 from course_lib.model.config import MIXED_PRECISION
 from course_lib.tasks.registry import FAMILIES, TASK_TYPES, TASKS, family_of, family_option_owners, get_task
 from course_lib.tasks.span_qa import SpanQAOptions
@@ -204,7 +204,8 @@ class MultitaskConfig(TrainingRunConfig):
     output_dir: str = "runs/multitask"  # checkpoints, weights and metrics.json; a rerun resumes from here
     schedule: str = "proportional"  # which task each step trains: round_robin | proportional | annealed
     schedule_alpha_end: float = 0.2  # annealed: sampling exponent of the last epoch (Stickland & Murray: 0.2)
-    ssa: str = "none"  # tasks trained with the SSA-Co token loss: none | all | a comma list of tasks
+    ssa: str = "none"  # tasks trained with `method`, SSA-Co's token loss by default: none | all | a comma list
+    method: str = "ssa-co"  # the registry method of the tasks in `ssa`; the others are vanilla
     cs224n: bool = False  # the CS224N default project: its three tasks from --data-dir, its model interface, and
     #   predictions/{sst,para,sts}-{dev,test}-output.csv in the output folder
     data_dir: str | None = None  # the course's data folder (None: $CS224N_DATA_DIR), or another preset's folder
@@ -212,19 +213,24 @@ class MultitaskConfig(TrainingRunConfig):
     #   (the course's); cross: one sequence [CLS] a [SEP] b [SEP] (BERT's). None: separate with --cs224n, else cross
     option: str = "finetune"  # the course's --option: finetune trains everything; pretrain freezes the encoder
     use_gpu: bool = False  # the course's flag: insist on a CUDA GPU (without it a GPU is still used when present)
-    ssa_options: SSAOptions | None = None  # SSA-Co's options for the tasks in `ssa` (None: their defaults); flat
-    #   in from_dict, to_dict, the command line and metrics.json
+    options: Validated | None = None  # `method`'s options, for the tasks in `ssa` (None: its defaults); flat in
+    #   from_dict, to_dict, the command line and metrics.json
     span_qa_options: SpanQAOptions | None = None  # the span-QA family's options, for a span-QA task among
-    #   `tasks` (None: their defaults); flat as ssa_options. The other families' options describe custom files,
+    #   `tasks` (None: their defaults); flat as options. The other families' options describe custom files,
     #   which a multitask run does not take
+    saved_before: ClassVar[dict] = {**TrainingRunConfig.saved_before, "method": "ssa-co"}  # --ssa was SSA-Co
 
     @classmethod
     def nested(cls, values: dict) -> dict[str, type]:
-        return {"ssa_options": SSAOptions, "span_qa_options": SpanQAOptions}
+        return {"options": get_method(values.get("method", cls.method)).options, "span_qa_options": SpanQAOptions}
 
     @classmethod
     def option_classes(cls) -> list[type]:
-        return [SSAOptions, SpanQAOptions]
+        return list(dict.fromkeys([*(get_method(m).options for m in multitask_methods()), SpanQAOptions]))
+
+    @classmethod
+    def foreign(cls, values: dict) -> dict[str, str]:
+        return {**option_owners(), **family_option_owners()}
 
     def task_names(self) -> list[str]:
         """The tasks' registry names, in the order given ('SST-2' becomes 'sst2')."""
@@ -252,6 +258,8 @@ class MultitaskConfig(TrainingRunConfig):
         for name in self.ssa.split(",") if self.ssa not in ("none", "all") else []:
             if get_task(name.strip()).name not in names:
                 raise choice_error("SSA task", name, ["none", "all", *names])
+        if self.method not in multitask_methods():
+            raise choice_error("multitask method", self.method, multitask_methods())
         for choice, valid in (("pair_encoding", PAIR_ENCODINGS), ("option", COURSE_OPTIONS),
                               ("schedule", MULTITASK_SCHEDULES)):
             if getattr(self, choice) not in valid:
@@ -265,7 +273,7 @@ class MultitaskConfig(TrainingRunConfig):
                              f"{', '.join(n for n in names if n not in both) or 'none'})")
         if self.max_len is None:
             self.max_len = max(get_task(name).max_len for name in names)
-        self.fill_nested()  # SSA-Co's and span QA's options
+        self.fill_nested()  # the method's and span QA's options
         super().validate()
         unit_interval(self, "schedule_alpha_end")
         if self.use_gpu:
