@@ -173,6 +173,12 @@ class Validated:
                 values[f.name] = value
         return values
 
+    @classmethod
+    def reads(cls, key: str, task) -> bool:
+        """Whether a run on `task` (a task preset) reads option `key` at all: a report leaves an option no run of
+        that task reads out of its label (ASA's regression divergence on a classification task)."""
+        return True
+
     def defaults(self) -> dict:
         """Each field's value when not given, as this config resolves it; what a field missing from a run saved
         before the field existed counts as (`saved_before`, its nested configs' too)."""

@@ -62,7 +62,7 @@ def collect(runs_dir: str | Path) -> list[dict]:
         if result is None or result.get("status") != "complete":
             continue
         kind = kind_of(result)
-        config = {**kind.defaults, **result["config"]}
+        config = kind.config_of(result["config"])
         for entry in kind.tasks(result):
             rows.append({"run": path.parent.relative_to(runs_dir).as_posix(), "kind": kind.name,
                          "method": kind.method(config), "baseline": kind.baseline, "config": dict(config),
@@ -152,10 +152,9 @@ def _pair_key(row: dict) -> tuple:
 def _method_label(row: dict) -> str:
     """The method with its own options where they differ from the default: ssa-co with paper labels is its
     own row."""
-    kind = KINDS[row["kind"]]
-    options = ", ".join(f"{k}={v}" for k, v in sorted(row["config"].items())
-                        if kind.is_method_field(k) and k not in kind.method_fields and v != kind.defaults.get(k))
-    return f"{row['method']} ({options})" if options else row["method"]
+    options = KINDS[row["kind"]].label_options(row["config"], row["task"])
+    said = ", ".join(f"{k}={v}" for k, v in options.items())
+    return f"{row['method']} ({said})" if said else row["method"]
 
 
 def paired_tests(rows: list[dict], metric: str | None = None, baseline: str | None = None) -> list[dict]:

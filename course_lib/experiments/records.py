@@ -51,9 +51,31 @@ class RunKind:
     tasks: Callable[[dict], list[dict]]  # metrics.json -> [{"task", "metrics", "main_metric"}]
     looks_like: Callable[[dict], bool]  # recognises a metrics.json written before `kind` existed
     option_fields: tuple[str, ...] = ()  # the methods' own options (their registry entries' options classes)
+    config_class: type | None = None  # its config: what a key missing from an older file meant (`saved_before`)
 
     def is_method_field(self, name: str) -> bool:
         return name in self.method_fields or name in self.option_fields or name.startswith(METHOD_PREFIXES)
+
+    def config_of(self, saved: dict) -> dict:
+        """A saved run's config with every key. A key it lacks is what the run did then, as `from_saved` reads
+        it: the `saved_before` of its config class and, for a run of a method (not of the baseline), of that
+        method's options; else today's default. So a run saved before `asa_cut_row` existed counts as clean."""
+        config = {**self.defaults, **saved}
+        if self.config_class is None:
+            return config
+        before = dict(self.config_class.saved_before)
+        if self.method(config) != self.baseline:  # the baseline reads no method's options
+            for klass in self.config_class.nested(config).values():
+                before.update(klass.saved_before)
+        return {**config, **{k: v for k, v in before.items() if k not in saved}}
+
+    def label_options(self, config: dict, task: str) -> dict:
+        """The method's own options a row's label names: those off today's defaults that a run on `task` reads."""
+        options = self.config_class.nested(config).get("options") if self.config_class else None
+        preset = TASKS.get(task)
+        return {k: v for k, v in sorted(config.items())
+                if self.is_method_field(k) and k not in self.method_fields and v != self.defaults.get(k)
+                and (options is None or preset is None or options.reads(k, preset))}
 
 
 KINDS: dict[str, RunKind] = {}
@@ -122,14 +144,14 @@ def _pretrain_tasks(result: dict) -> list[dict]:
 register_kind(RunKind(
     "finetune", "Fine-tuning", _defaults(FinetuneConfig), "vanilla", ("method",),
     method=lambda config: config.get("method", "vanilla"), tasks=_finetune_tasks,
-    option_fields=_option_names(),
+    option_fields=_option_names(), config_class=FinetuneConfig,
     looks_like=lambda result: isinstance(result.get("config"), dict) and "task" in result))
 register_kind(RunKind(
     "multitask", "Multitask (one encoder, a head per task)", _defaults(MultitaskConfig), "vanilla", ("ssa", "method"),
     method=lambda config: "vanilla" if config.get("ssa", "none") == "none" else config.get("method", "ssa-co"),
-    tasks=_multitask_tasks,
+    tasks=_multitask_tasks, config_class=MultitaskConfig,
     looks_like=lambda result: isinstance(result.get("config"), dict) and "tasks" in result))
 register_kind(RunKind(
     "pretrain", "MLM pre-training (held-out blocks)", _defaults(PretrainConfig), "mlm", ("method",),
-    method=lambda config: config.get("method", "mlm"), tasks=_pretrain_tasks,
+    method=lambda config: config.get("method", "mlm"), tasks=_pretrain_tasks, config_class=PretrainConfig,
     looks_like=lambda result: isinstance(result.get("config"), dict) and "eval_curve" in result))

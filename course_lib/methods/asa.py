@@ -369,6 +369,15 @@ class TwoPassOptions(Validated):
                "asa_regression_divergence": tuple(REGRESSION_DIVERGENCES), "asa_cut_row": tuple(CUT_ROWS)}
     saved_before = {"asa_regression_divergence": "squared", "asa_cut_row": "clean"}
 
+    @classmethod
+    def reads(cls, key: str, task) -> bool:
+        """The divergences of one kind of output: a tagger's, a regressor's (one score per sentence)."""
+        if key == "asa_tagging_divergence":
+            return task.family == TAGGING
+        if key == "asa_regression_divergence":
+            return task.family == SENTENCE and getattr(task, "num_labels", None) == 1
+        return True
+
 
 @dataclass
 class ASAOptions(TwoPassOptions):
