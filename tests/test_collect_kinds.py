@@ -10,6 +10,7 @@ from scipy import stats
 
 from course_lib.experiments import collect
 from course_lib.experiments.records import kind_of
+from course_lib.methods.registry import get_method
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
 from course_lib.training.finetune import finetune
 from course_lib.training.multitask import train_multitask
@@ -114,7 +115,8 @@ def test_a_paired_test_on_a_loss_prefers_the_lower_value_and_holm_corrects_the_t
         for seed, value in enumerate(values):
             write(tmp_path / f"{method}{seed}", {
                 "kind": "finetune", "status": "complete", "task": "sst2", "main_metric": "accuracy",
-                "config": {"task": "sst2", "method": method, "seed": seed}, "dev": {"accuracy": value}})
+                "config": {"task": "sst2", "method": method, "seed": seed, **get_method(method).options().to_dict()},
+                "dev": {"accuracy": value}})
     tests = {t["method"]: t for t in collect.paired_tests(collect.collect(tmp_path))}
     assert tests["ag"]["mean_difference"] < 0 and tests["ag"]["better"] is True
     assert tests["asa"]["mean_difference"] < 0 and tests["asa"]["better"] is False  # accuracy: higher is better
@@ -126,11 +128,30 @@ def test_a_paired_test_on_a_loss_prefers_the_lower_value_and_holm_corrects_the_t
 
 
 
+def test_a_key_missing_from_an_older_file_reads_as_what_the_run_did_then(tmp_path):
+    """A run saved before asa_cut_row and asa_clip_scope existed ran clean and clipped all (ASAOptions'
+    saved_before): the same label as a run that says so, apart from today's defaults. A label leaves out an option
+    its task does not read (the regression divergence on SST-2), and a vanilla run reads no method's options."""
+    today = get_method("asa").options().to_dict()
+    old = {k: v for k, v in today.items() if k not in ("asa_cut_row", "asa_clip_scope", "asa_regression_divergence")}
+    said = {**today, "asa_cut_row": "clean", "asa_clip_scope": "all"}
+    runs = {"old": ("sst2", "asa", old), "said": ("sst2", "asa", said), "today": ("sst2", "asa", today),
+            "stsb": ("stsb", "asa", old), "vanilla": ("sst2", "vanilla", {})}
+    for name, (task, method, options) in runs.items():
+        write(tmp_path / name, {"kind": "finetune", "status": "complete", "task": task, "main_metric": "accuracy",
+                                "config": {"task": task, "method": method, "seed": 0, **options},
+                                "dev": {"accuracy": 0.8}})
+    labels = {row["run"]: collect._method_label(row) for row in collect.collect(tmp_path)}
+    was = "asa (asa_clip_scope=all, asa_cut_row=clean"
+    assert labels == {"old": was + ")", "said": was + ")", "today": "asa", "vanilla": "vanilla",
+                      "stsb": was + ", asa_regression_divergence=squared)"}
+
+
 def test_seed_points_keep_a_tasks_recipes_apart_and_count_a_run_in_two_folders_once(tmp_path):
     def finetune_run(folder, task, method, seed, lr, value):
         write(tmp_path / folder, {"kind": "finetune", "status": "complete", "task": task, "main_metric": "accuracy",
                                   "config": {"task": task, "method": method, "seed": seed, "lr": lr,
-                                             "output_dir": folder},
+                                             "output_dir": folder, **get_method(method).options().to_dict()},
                                   "dev": {"accuracy": value}})
     for seed in (0, 1):
         finetune_run(f"a{seed}", "sst2", "vanilla", seed, 1e-4, 0.80 + seed / 100)
@@ -144,6 +165,7 @@ def test_seed_points_keep_a_tasks_recipes_apart_and_count_a_run_in_two_folders_o
         by_label.setdefault((point["task"], point["label"]), []).append(point["value"])
     assert by_label == {("sst2", "vanilla [lr=0.0001]"): [0.80, 0.81], ("sst2", "vanilla [lr=5e-05]"): [0.70, 0.71],
                         ("sst2", "asa [lr=0.0001]"): [0.81], ("rte", "vanilla"): [0.55, 0.55]}
+
 
 @pytest.mark.parametrize("content", ['{"status": "comp', '{"accuracy": 0.9}', "[1, 2]",
                                      '{"kind": "distillation", "status": "complete"}'])

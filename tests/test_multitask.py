@@ -134,10 +134,11 @@ def test_one_task_is_exactly_finetune(tiny_model_dir, keyword_glue, tmp_path, ss
     (same RNG draws), the same steps, so the same numbers, with the task's method on (SSA-Co, or another one of
     the registry) or off (vanilla)."""
     cfg = tiny(tiny_model_dir, keyword_glue, tmp_path / "multi", tasks="sst2", ssa=ssa, schedule="annealed",
-               method=method)
+               ssa_method=method)
     multi = numbers(train_multitask(cfg))
     single = numbers(finetune(task_config(cfg, "sst2")))
-    assert single["config"]["method"] == (method if ssa == "all" else "vanilla") and multi["config"]["method"] == method
+    assert single["config"]["method"] == (method if ssa == "all" else "vanilla")
+    assert multi["config"]["ssa_method"] == method
     for m, s in zip(multi["history"], single["history"], strict=True):
         task = m["tasks"]["sst2"]
         assert task.pop("steps") == 12 and s.pop("epoch") == m["epoch"]
@@ -229,8 +230,8 @@ def test_each_task_whose_dev_predictions_are_constant_is_named(tiny_model_dir, t
     ({"cs224n": True, "ssa": "cs224n_para"}, "SSA on cs224n_para needs --pair-encoding cross"),
     ({"schedule_alpha_end": 1.5}, "MultitaskConfig.schedule_alpha_end must be in [0, 1], got 1.5"),
     ({"epoch": 2}, "unknown MultitaskConfig option 'epoch'"),
-    ({"method": "asa"}, "unknown multitask method 'asa' (valid: bert-mask, mean-pool, ssa-co, ssa-hybrid, vanilla)"),
-    ({"method": "bert-mask", "ssa_cls_weight": 0.3}, "option 'ssa_cls_weight' belongs to method ssa-hybrid, not to"),
+    ({"ssa_method": "asa"}, "unknown multitask method 'asa' (valid: bert-mask, mean-pool, ssa-co, ssa-hybrid,"),
+    ({"ssa_method": "bert-mask", "ssa_cls_weight": 0.3}, "option 'ssa_cls_weight' belongs to method ssa-hybrid"),
 ])
 def test_bad_config_names_the_value_and_the_valid_ones(values, message):
     with pytest.raises(UsageError) as err:

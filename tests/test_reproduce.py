@@ -13,6 +13,7 @@ from scipy import stats
 from course_lib import cli
 from course_lib.errors import UsageError
 from course_lib.experiments import collect, reproduce, sweep
+from course_lib.methods.registry import get_method
 from course_lib.tasks import metrics
 
 ENV = {"CI": "true", "HF_HUB_OFFLINE": "1"}
@@ -22,7 +23,8 @@ def fake_run(root: Path, task: str, method: str, seed: int, value: float, metric
              **config) -> None:
     folder = root / f"{task}-{method}-{seed}"
     folder.mkdir(parents=True)
-    config = {"task": task, "method": method, "seed": seed, "epochs": 2, **config}
+    options = get_method(method).options().to_dict()  # a run of today writes its method's options
+    config = {"task": task, "method": method, "seed": seed, "epochs": 2, **options, **config}
     (folder / "metrics.json").write_text(json.dumps(
         {"status": "complete", "task": task, "config": config, "dev": {metric: value},
          "timing": {"train_seconds": 60}}))

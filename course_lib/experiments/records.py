@@ -147,8 +147,9 @@ register_kind(RunKind(
     option_fields=_option_names(), config_class=FinetuneConfig,
     looks_like=lambda result: isinstance(result.get("config"), dict) and "task" in result))
 register_kind(RunKind(
-    "multitask", "Multitask (one encoder, a head per task)", _defaults(MultitaskConfig), "vanilla", ("ssa", "method"),
-    method=lambda config: "vanilla" if config.get("ssa", "none") == "none" else config.get("method", "ssa-co"),
+    "multitask", "Multitask (one encoder, a head per task)", _defaults(MultitaskConfig), "vanilla",
+    ("ssa", "ssa_method"),
+    method=lambda config: "vanilla" if config.get("ssa", "none") == "none" else config.get("ssa_method", "ssa-co"),
     tasks=_multitask_tasks, config_class=MultitaskConfig,
     looks_like=lambda result: isinstance(result.get("config"), dict) and "tasks" in result))
 register_kind(RunKind(

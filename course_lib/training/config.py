@@ -204,8 +204,8 @@ class MultitaskConfig(TrainingRunConfig):
     output_dir: str = "runs/multitask"  # checkpoints, weights and metrics.json; a rerun resumes from here
     schedule: str = "proportional"  # which task each step trains: round_robin | proportional | annealed
     schedule_alpha_end: float = 0.2  # annealed: sampling exponent of the last epoch (Stickland & Murray: 0.2)
-    ssa: str = "none"  # tasks trained with `method`, SSA-Co's token loss by default: none | all | a comma list
-    method: str = "ssa-co"  # the registry method of the tasks in `ssa`; the others are vanilla
+    ssa: str = "none"  # tasks trained with `ssa_method`, SSA-Co's token loss by default: none | all | a comma list
+    ssa_method: str = "ssa-co"  # the registry method of the tasks in `ssa`; the others are vanilla
     cs224n: bool = False  # the CS224N default project: its three tasks from --data-dir, its model interface, and
     #   predictions/{sst,para,sts}-{dev,test}-output.csv in the output folder
     data_dir: str | None = None  # the course's data folder (None: $CS224N_DATA_DIR), or another preset's folder
@@ -213,16 +213,17 @@ class MultitaskConfig(TrainingRunConfig):
     #   (the course's); cross: one sequence [CLS] a [SEP] b [SEP] (BERT's). None: separate with --cs224n, else cross
     option: str = "finetune"  # the course's --option: finetune trains everything; pretrain freezes the encoder
     use_gpu: bool = False  # the course's flag: insist on a CUDA GPU (without it a GPU is still used when present)
-    options: Validated | None = None  # `method`'s options, for the tasks in `ssa` (None: its defaults); flat in
+    options: Validated | None = None  # `ssa_method`'s options, for the tasks in `ssa` (None: its defaults); flat in
     #   from_dict, to_dict, the command line and metrics.json
     span_qa_options: SpanQAOptions | None = None  # the span-QA family's options, for a span-QA task among
     #   `tasks` (None: their defaults); flat as options. The other families' options describe custom files,
     #   which a multitask run does not take
-    saved_before: ClassVar[dict] = {**TrainingRunConfig.saved_before, "method": "ssa-co"}  # --ssa was SSA-Co
+    saved_before: ClassVar[dict] = {**TrainingRunConfig.saved_before, "ssa_method": "ssa-co"}  # --ssa was SSA-Co
 
     @classmethod
     def nested(cls, values: dict) -> dict[str, type]:
-        return {"options": get_method(values.get("method", cls.method)).options, "span_qa_options": SpanQAOptions}
+        return {"options": get_method(values.get("ssa_method", cls.ssa_method)).options,
+                "span_qa_options": SpanQAOptions}
 
     @classmethod
     def option_classes(cls) -> list[type]:
@@ -258,8 +259,8 @@ class MultitaskConfig(TrainingRunConfig):
         for name in self.ssa.split(",") if self.ssa not in ("none", "all") else []:
             if get_task(name.strip()).name not in names:
                 raise choice_error("SSA task", name, ["none", "all", *names])
-        if self.method not in multitask_methods():
-            raise choice_error("multitask method", self.method, multitask_methods())
+        if self.ssa_method not in multitask_methods():
+            raise choice_error("multitask method", self.ssa_method, multitask_methods())
         for choice, valid in (("pair_encoding", PAIR_ENCODINGS), ("option", COURSE_OPTIONS),
                               ("schedule", MULTITASK_SCHEDULES)):
             if getattr(self, choice) not in valid:

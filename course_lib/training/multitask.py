@@ -135,13 +135,13 @@ class MultitaskBert(nn.Module):
 
 
 def task_config(cfg: MultitaskConfig, name: str) -> FinetuneConfig:
-    """The single-task run of one task: the shared fields, cfg.method for a task in cfg.ssa, else vanilla, and the
+    """The single-task run of one task: the shared fields, cfg.ssa_method for a task in cfg.ssa, else vanilla, and the
     span-QA options for a span-QA task. The data folder goes to the course's presets only: the others find
     theirs as they do alone (GLUE_DIR, SQUAD_DIR, ...)."""
     recipe = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(TrainingRunConfig)}
     ssa, task = name in cfg.ssa_task_names(), get_task(name)
     return FinetuneConfig(**recipe, task=name, output_dir=str(Path(cfg.output_dir) / name),
-                          method=cfg.method if ssa else "vanilla", options=cfg.options if ssa else None,
+                          method=cfg.ssa_method if ssa else "vanilla", options=cfg.options if ssa else None,
                           task_options=cfg.span_qa_options if task.family == SPAN_QA else None,
                           data_dir=cfg.data_dir if isinstance(task, CourseTask) else None)
 
@@ -268,7 +268,7 @@ def bound_tasks(cfg: MultitaskConfig) -> list:
     tasks = [run_task(task_config(cfg, name)) for name in cfg.task_names()]
     for t in tasks:
         if t.name in cfg.ssa_task_names():
-            get_method(cfg.method).check_family(t.family)
+            get_method(cfg.ssa_method).check_family(t.family)
     return tasks
 
 
