@@ -2,7 +2,7 @@
 after the change, must give the same metrics.json (every score and logged loss, to the last digit).
 
     .venv/bin/python ci/same_runs.py run OUT [NAME ...]   # about 12 minutes on 2 cores: 19 tiny runs (or those named)
-    .venv/bin/python ci/same_runs.py compare BEFORE AFTER
+    .venv/bin/python ci/same_runs.py compare BEFORE AFTER [NAME ...]
 
 `compare` leaves out timings and the config (whose keys may move in a refactor; it prints the keys that differ)
 and exits 1 at the first run whose results differ. Issue 41's options refactor was checked this way.
@@ -56,8 +56,10 @@ def results(value):
     return [results(v) for v in value] if isinstance(value, list) else value
 
 
-def compare(before: Path, after: Path) -> int:
+def compare(before: Path, after: Path, only: list[str]) -> int:
     for name in RUNS:
+        if only and name not in only:
+            continue
         old, new = (json.loads((side / name / "metrics.json").read_text()) for side in (before, after))
         keys = sorted(set(old["config"]) ^ set(new["config"]))
         changed = sorted(k for k in set(old["config"]) & set(new["config"])
@@ -73,7 +75,7 @@ def compare(before: Path, after: Path) -> int:
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "run":
         sys.exit(run(Path(sys.argv[2]), sys.argv[3:]))
-    if len(sys.argv) == 4 and sys.argv[1] == "compare":
-        sys.exit(compare(Path(sys.argv[2]), Path(sys.argv[3])))
+    if len(sys.argv) >= 4 and sys.argv[1] == "compare":
+        sys.exit(compare(Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:]))
     print(__doc__, file=sys.stderr)
     sys.exit(2)
