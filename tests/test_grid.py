@@ -133,3 +133,12 @@ def test_dev_rows_of_a_multitask_run_give_each_task_and_overall():
         ("SSA off", "sst2", "accuracy", 1, 0.75), ("SSA off", "stsb", "pearson", 1, 0.25),
         ("SSA off", "Overall", "overall", 1, 0.5)]
     assert grid.RUNNERS[MultitaskConfig].__name__ == "train_multitask"
+
+
+def test_a_multitask_notebooks_parameters_carry_another_methods_option_to_the_runs_of_that_method(tmp_path):
+    """ssa_cls_weight is SSA-Hybrid's: the SSA-Co base carries it (it is not its own), the hybrid variant reads it."""
+    base = MultitaskConfig.from_params({"tasks": ["sst2"], "ssa_cls_weight": 0.9, "output_dir": str(tmp_path)})
+    hybrid = Variant("hybrid", {"ssa": "all", "ssa_method": "ssa-hybrid"})
+    runs = plan_grid(base, seeds=[0], label="co", variants=[hybrid])
+    assert base.carried == {"ssa_cls_weight": 0.9} and "ssa_cls_weight" not in base.to_dict()
+    assert [r.config.to_dict().get("ssa_cls_weight") for r in runs] == [None, 0.9]

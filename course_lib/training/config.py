@@ -218,6 +218,8 @@ class MultitaskConfig(TrainingRunConfig):
     span_qa_options: SpanQAOptions | None = None  # the span-QA family's options, for a span-QA task among
     #   `tasks` (None: their defaults); flat as options. The other families' options describe custom files,
     #   which a multitask run does not take
+    carried: dict = field(default_factory=dict, compare=False, metadata={"saved": False})  # other methods'
+    #   options, carried by a notebook's grid base to the runs of those methods (from_params); never read, never saved
     saved_before: ClassVar[dict] = {**TrainingRunConfig.saved_before, "ssa_method": "ssa-co"}  # --ssa was SSA-Co
 
     @classmethod
