@@ -138,9 +138,13 @@ class Validated:
     def from_saved(cls, values: dict):
         """A saved run's config (its metrics.json): a field it lacks is what the run did then (`saved_before`),
         not today's default; a key of another choice (an option of a method the run did not use) is dropped."""
+        return cls.from_dict({**cls.saved_before_of(values), **values}, others="drop")
+
+    @classmethod
+    def saved_before_of(cls, values: dict) -> dict:
+        """`saved_before` of this class and of the nested classes flat `values` picks (its method's options)."""
         nested = cls.nested(values).values()
-        before = {**cls.saved_before, **{k: v for klass in nested for k, v in klass.saved_before.items()}}
-        return cls.from_dict({**before, **values}, others="drop")
+        return {**cls.saved_before, **{k: v for klass in nested for k, v in klass.saved_before.items()}}
 
     @classmethod
     def from_params(cls, params, **overrides):

@@ -58,25 +58,22 @@ class RunKind:
 
     def config_of(self, saved: dict) -> dict:
         """A saved run's config with every key. A key it lacks is what the run did then, as `from_saved` reads
-        it: the `saved_before` of its config class and, for a run of a method (not of the baseline), of that
-        method's options; else today's default. So a run saved before `asa_cut_row` existed counts as clean."""
+        it (`saved_before`), else today's default: a run saved before `asa_cut_row` existed counts as clean."""
         config = {**self.defaults, **saved}
         if self.config_class is None:
             return config
-        before = dict(self.config_class.saved_before)
-        if self.method(config) != self.baseline:  # the baseline reads no method's options
-            for klass in self.config_class.nested(config).values():
-                before.update(klass.saved_before)
-        return {**config, **{k: v for k, v in before.items() if k not in saved}}
+        return {**config, **{k: v for k, v in self.config_class.saved_before_of(config).items() if k not in saved}}
 
     def label_options(self, config: dict, task: str) -> dict:
-        """The method's own options a row's label names: those off today's defaults that a run on `task` reads."""
+        """The method's own options a row's label names: those off today's defaults that a run on `task` reads;
+        none for the baseline, which reads no method's options."""
+        if self.method(config) == self.baseline:
+            return {}
         options = self.config_class.nested(config).get("options") if self.config_class else None
         preset = TASKS.get(task)
         return {k: v for k, v in sorted(config.items())
                 if self.is_method_field(k) and k not in self.method_fields and v != self.defaults.get(k)
                 and (options is None or preset is None or options.reads(k, preset))}
-
 
 KINDS: dict[str, RunKind] = {}
 
