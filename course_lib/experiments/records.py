@@ -75,6 +75,7 @@ class RunKind:
                 if self.is_method_field(k) and k not in self.method_fields and v != self.defaults.get(k)
                 and (options is None or preset is None or options.reads(k, preset))}
 
+
 KINDS: dict[str, RunKind] = {}
 
 
