@@ -1,6 +1,7 @@
 # Entry points; all work on a fresh clone with no network beyond PyPI:
 #   make test        create .venv if missing, install, run the test suite and the notebooks (nbval)
 #   make demo        run every notebook's smoke preset through the batch runner; print the results table
+#                    (training runs that make test's notebooks finished with the same settings are read back)
 #   make notebooks   re-execute the notebooks in place (smoke defaults), refreshing their committed outputs
 PYTHON ?= python3
 VENV := .venv

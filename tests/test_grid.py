@@ -1,6 +1,7 @@
 """Notebook plumbing: configs built from a notebook's parameters (`Validated.from_params`), and grids of runs in
 one process (`course_lib.experiments.grid`): their folders are named as the sweep names its runs, a variant adds runs
 for the methods it names, each run keeps only its own method's options, and a finished run is read back."""
+import dataclasses
 import json
 
 import pytest
@@ -10,6 +11,7 @@ from course_lib.errors import UsageError
 from course_lib.experiments import grid, sweep
 from course_lib.experiments.grid import RunKey, Variant, dev_rows, plan_grid, run_grid
 from course_lib.experiments.notebooks import Notebook, load_preset
+from course_lib.training import finetune as finetune_module, reuse
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
 
 CONFIG_OF = {"00_bert_from_scratch": FinetuneConfig, "01_kou2020_ssa": FinetuneConfig,
@@ -124,6 +126,35 @@ def test_a_grid_runs_resumes_and_reads_finished_runs_back(tiny_model_dir, keywor
     assert [(r["run"], r["task"], r["metric"]) for r in rows] == [
         ("vanilla", "sst2", "accuracy"), ("ssa-co", "sst2", "accuracy"), ("ssa-co, paper labels", "sst2", "accuracy")]
     assert rows[0]["dev score"] == results["sst2", "vanilla", 0, ""]["dev"]["accuracy"]
+
+
+def test_another_folders_identical_finished_run_is_copied_not_trained_and_a_changed_one_trains(
+        tiny_model_dir, keyword_glue, tmp_path, monkeypatch):
+    """What lets `make demo` read back the runs `make test`'s nbval finished (course_lib.training.reuse)."""
+    base = FinetuneConfig(model=str(tiny_model_dir), glue_dir=str(keyword_glue), max_train_samples=32,
+                          max_eval_samples=16, epochs=1, max_len=32, batch_size=16, lr=1e-3,
+                          output_dir=str(tmp_path / "nbval"))
+    first = run_grid(base, methods=["vanilla"])
+    donor = tmp_path / "nbval" / "task=sst2,method=vanilla,seed=0"
+    donor_metrics = (donor / "metrics.json").read_bytes()
+    monkeypatch.setenv(reuse.FINISHED_RUNS_ENV, str(tmp_path / "nbval"))
+    trained = []
+    real_loop = finetune_module.TrainingLoop
+    monkeypatch.setattr(finetune_module, "TrainingLoop", lambda *a, **k: trained.append(a[0]) or real_loop(*a, **k))
+
+    again = run_grid(base, tmp_path / "demo", methods=["vanilla"])
+    copy = tmp_path / "demo" / "task=sst2,method=vanilla,seed=0"
+    assert trained == [] and (copy / "metrics.json").is_file()
+    saved = json.loads((copy / "metrics.json").read_text())
+    assert saved == again["sst2", "vanilla", 0, ""] and saved["config"]["output_dir"] == str(copy)
+    assert {**saved, "config": None} == {**first["sst2", "vanilla", 0, ""], "config": None}
+    weights = [p.name for p in donor.iterdir() if p.suffix == ".safetensors"]
+    assert weights and all((copy / w).stat().st_ino == (donor / w).stat().st_ino for w in weights)  # hard links
+    assert (donor / "metrics.json").read_bytes() == donor_metrics  # the donor's own file never changes
+    assert not list((tmp_path / "demo").glob(".*copying"))
+
+    changed = run_grid(dataclasses.replace(base, lr=2e-3), tmp_path / "changed", methods=["vanilla"])
+    assert len(trained) == 1 and changed["sst2", "vanilla", 0, ""]["config"]["lr"] == 2e-3  # any field differs: trains
 
 
 def test_dev_rows_of_a_multitask_run_give_each_task_and_overall():

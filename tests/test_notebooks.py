@@ -17,6 +17,7 @@ import yaml
 from course_lib.experiments import notebooks
 from course_lib.errors import UsageError
 from course_lib.experiments.notebooks import Notebook, check_parameters, load_preset, notebook_names, presets_of
+from course_lib.training.reuse import FINISHED_RUNS_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = notebook_names()
@@ -170,6 +171,22 @@ def test_sweep_of_notebooks_resumes_after_a_kill_without_redoing_finished_runs(t
         assert (out / f"x={x}" / f"{TINY}.ipynb").exists()  # the executed copy, never over the source
     assert json.loads((out / "x=1" / "run.json").read_text())["attempt"] == 1  # not redone
     assert (out / "results.md").exists()
+
+
+def test_a_run_elsewhere_points_its_kernel_at_the_presets_own_folder_of_finished_runs(tiny_notebooks, tmp_path,
+                                                                                     monkeypatch):
+    """The kernel papermill starts inherits the variable (`course_lib.training.reuse` reads it); only while the
+    notebook runs, only for another folder than the preset's own, and only when that folder exists."""
+    import papermill
+    seen = []
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: seen.append(os.environ.get(FINISHED_RUNS_ENV)))
+    monkeypatch.delenv(FINISHED_RUNS_ENV, raising=False)
+    own = tiny_notebooks / "out"  # the tiny presets' output_dir, read from the notebooks' folder
+    notebooks.run_notebook(TINY, "smoke", output_dir=tmp_path / "elsewhere", kernel="python3")
+    own.mkdir()
+    notebooks.run_notebook(TINY, "smoke", output_dir=tmp_path / "elsewhere", kernel="python3")
+    notebooks.run_notebook(TINY, "smoke", output_dir=own, kernel="python3")
+    assert seen == [None, str(own.resolve()), None] and FINISHED_RUNS_ENV not in os.environ
 
 
 @pytest.mark.slow

@@ -11,6 +11,9 @@ rejects an unknown or ill-typed parameter with one line naming it and the valid 
 
 `run` executes the notebook with papermill into `runs/notebooks/<notebook>/<preset>/` (never over the
 source), with an explicit kernel and, for each cell, a timeout; the notebook writes its `metrics.json` there.
+Given another output folder, the notebook's training runs read back the identical runs that an execution in the
+preset's own folder (JupyterLab, nbval) finished, instead of training them again (`course_lib.training.reuse`):
+`make demo` after `make test` trains nothing twice.
 The batch runner (`python -m course_lib.sweep`, `command: notebook`) crosses notebooks, presets and
 parameter values and runs each through this command.
 """
@@ -22,12 +25,14 @@ import json
 import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
 
 from course_lib.errors import Parser, UsageError, choice_error, report_errors, yaml_float_hint
 from course_lib.repro import METRICS, progress_disabled, write_json
+from course_lib.training.reuse import FINISHED_RUNS_ENV
 
 # The repository's notebooks; tests point ATTENTION_LAB_NOTEBOOKS at a folder of their own.
 NOTEBOOK_DIR = Path(os.environ.get("ATTENTION_LAB_NOTEBOOKS") or Path(__file__).resolve().parents[2] / "notebooks")
@@ -186,6 +191,29 @@ def parse_override(text: str) -> tuple[str, object]:
         raise UsageError(f"--set {key}: {value!r} is not a YAML value") from None
 
 
+def _default_folder(name: str, preset: str, out: Path) -> str | None:
+    """Where the notebook writes this preset's runs when opened in JupyterLab or run by nbval (the preset's
+    output_dir, read from notebooks/), if that is another folder and exists: its finished runs are read back
+    rather than trained again where the configuration is identical (`course_lib.training.reuse`)."""
+    written = load_preset(name, preset).get("output_dir")
+    folder = (NOTEBOOK_DIR / written).resolve() if written else None
+    return str(folder) if folder is not None and folder != out and folder.is_dir() else None
+
+
+@contextmanager
+def _environment(name: str, value: str | None):
+    """The variable set to value (unset for None) for the block, for the kernel it starts; then as it was."""
+    before = os.environ.pop(name, None)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+        if before is not None:
+            os.environ[name] = before
+
+
 def run_notebook(notebook: str, preset: str = "smoke", overrides: dict | None = None,
                  output_dir: str | os.PathLike | None = None, kernel: str = KERNEL,
                  cell_timeout: float | None = None) -> Path:
@@ -207,9 +235,11 @@ def run_notebook(notebook: str, preset: str = "smoke", overrides: dict | None = 
                          f"(`make` runs it when it builds .venv), or pass --kernel python3") from None
     out.mkdir(parents=True, exist_ok=True)
     try:
-        papermill.execute_notebook(str(notebook_path(name)), str(out / f"{name}.ipynb"), parameters=params,
-                                   kernel_name=kernel, cwd=str(NOTEBOOK_DIR), progress_bar=not progress_disabled(),
-                                   execution_timeout=cell_timeout, log_output=False)
+        with _environment(FINISHED_RUNS_ENV, _default_folder(name, preset, out)):  # read by the kernel's runs
+            papermill.execute_notebook(str(notebook_path(name)), str(out / f"{name}.ipynb"), parameters=params,
+                                       kernel_name=kernel, cwd=str(NOTEBOOK_DIR),
+                                       progress_bar=not progress_disabled(), execution_timeout=cell_timeout,
+                                       log_output=False)
     except papermill.PapermillExecutionError as err:
         kind = UsageError if err.ename == "UsageError" else RuntimeError
         raise kind(f"{name} ({preset}) stopped in cell {err.exec_count}: {err.ename}: {err.evalue} "

@@ -1,0 +1,81 @@
+"""Read back a run another folder already finished with the identical configuration, instead of training it again.
+
+`make test` executes every notebook under nbval and `make demo` executes them again through the batch runner,
+with the same smoke parameters but another output folder: without this, every fine-tuning and pre-training run
+of the smoke presets would be trained twice, minutes apart, to the same numbers (CPU runs are deterministic).
+
+`course_lib.notebooks run` names, in FINISHED_RUNS_ENV, the folder where the same notebook and preset write by
+default (where JupyterLab and nbval put their runs). A run whose own folder holds no metrics.json then looks
+there for a completed run whose saved configuration equals its own in every field but output_dir (the test
+`finished_run` applies to its own folder) and copies it: the weights as hard links where the filesystem allows,
+metrics.json rewritten to name its new folder. A run that differs in any field, a data path inside the other
+folder included, trains as before. Like every finished run, a copied one is only as current as the code that
+trained it: `make clean` (or deleting runs/) starts afresh.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from course_lib.config import first_difference
+from course_lib.repro import METRICS, write_json
+
+FINISHED_RUNS_ENV = "ATTENTION_LAB_FINISHED_RUNS"  # a folder of finished runs to read back from, or unset
+
+
+def _completed(path: Path) -> dict | None:
+    """A training run's metrics.json content when it completed (a notebook's own metrics.json has no config)."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    is_run = isinstance(saved, dict) and saved.get("status") == "complete" and isinstance(saved.get("config"), dict)
+    return saved if is_run else None
+
+
+def identical_finished_run(cfg, folder: Path) -> Path | None:
+    """The folder under `folder` of a completed run with cfg's configuration (output_dir aside), else None."""
+    for path in sorted(folder.rglob(METRICS)):
+        saved = _completed(path)
+        if saved is not None and first_difference(saved["config"], cfg) is None:
+            return path.parent
+    return None
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another filesystem, or one without hard links
+        shutil.copy2(source, target)
+
+
+def copy_finished_run(donor: Path, out: Path) -> None:
+    """Copy donor's run into out (which must be missing or empty), all or nothing: into a temporary sibling,
+    then one rename. metrics.json is written anew, so the donor's own file (a hard link's target) never changes."""
+    temporary = out.parent / f".{out.name}.copying"
+    shutil.rmtree(temporary, ignore_errors=True)  # a copy cut short earlier
+    shutil.copytree(donor, temporary, copy_function=_link_or_copy,
+                    ignore=lambda _, names: [n for n in names if n.startswith(".") or n == METRICS])
+    saved = json.loads((donor / METRICS).read_text(encoding="utf-8"))
+    write_json(temporary / METRICS, {**saved, "config": {**saved["config"], "output_dir": str(out)}})
+    if out.is_dir():
+        out.rmdir()  # empty (the caller checked); a folder with files is never replaced
+    os.rename(temporary, out)
+
+
+def reuse_finished_run(out: Path, cfg) -> bool:
+    """Copy the identical finished run from FINISHED_RUNS_ENV's folder into out, if there is one; say so."""
+    folder = os.environ.get(FINISHED_RUNS_ENV)
+    if not folder or not Path(folder).is_dir() or (out.is_dir() and any(out.iterdir())):
+        return False
+    if Path(folder).resolve() in (out.resolve(), *out.resolve().parents):
+        return False  # the run's own folder, or one above it
+    donor = identical_finished_run(cfg, Path(folder))
+    if donor is None:
+        return False
+    out.parent.mkdir(parents=True, exist_ok=True)
+    copy_finished_run(donor, out)
+    print(f"{out}: read back the identical finished run in {donor} (delete it to train afresh)")
+    return True
