@@ -77,5 +77,5 @@ def reuse_finished_run(out: Path, cfg) -> bool:
         return False
     out.parent.mkdir(parents=True, exist_ok=True)
     copy_finished_run(donor, out)
-    print(f"{out}: read back the identical finished run in {donor} (delete it to train afresh)")
+    print(f"{out}: read back the identical finished run in {donor} (delete both folders to train afresh)")
     return True
