@@ -104,6 +104,14 @@ def write_json(path: str | os.PathLike, obj) -> None:
     atomic_write(path, lambda f: f.write((json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()))
 
 
+def read_json(path: str | os.PathLike) -> dict:
+    """The file's content, or {} when it is missing or unreadable (never half-written: writes are atomic)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
 def save_torch(path: str | os.PathLike, obj) -> None:
     atomic_write(path, lambda f: torch.save(obj, f))
 

@@ -35,7 +35,6 @@ import collections
 import dataclasses
 import hashlib
 import itertools
-import json
 import os
 import re
 import shlex
@@ -57,7 +56,7 @@ from course_lib.training.config import FinetuneConfig
 from course_lib.errors import Parser, UsageError, report_errors, yaml_float_hint
 from course_lib.experiments.notebooks import NotebookRun
 from course_lib.repro import (METRICS, atomic_write, check_writable_dir, lock_exclusive, progress,
-                              remove_stale_temporaries, write_json)
+                              read_json, remove_stale_temporaries, write_json)
 from course_lib.config import Validated, first_difference
 from course_lib.model.weights import check_model
 
@@ -280,19 +279,11 @@ def parse_shard(text: str) -> tuple[int, int]:
 # Run folders
 
 
-def _read_json(path: Path) -> dict:
-    """The file's content, or {} when it is missing or unreadable (never half-written: writes are atomic)."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
 def run_status(run: Run) -> str:
     """complete (its metrics.json says so), failed (its last attempt failed) or todo (new or unfinished)."""
-    if _read_json(run.folder / METRICS).get("status") == "complete":
+    if read_json(run.folder / METRICS).get("status") == "complete":
         return "complete"
-    return "failed" if _read_json(run.folder / RUN).get("status") == "failed" else "todo"
+    return "failed" if read_json(run.folder / RUN).get("status") == "failed" else "todo"
 
 
 def check_same_config(run: Run) -> None:
@@ -301,7 +292,7 @@ def check_same_config(run: Run) -> None:
     A field the saved config lacks was added after that run: it matches its default (`first_difference`).
     """
     for name in (METRICS, RUN):
-        saved = _read_json(run.folder / name).get("config")
+        saved = read_json(run.folder / name).get("config")
         k = first_difference(saved, run.config) if saved else None
         if k is not None:
             raise UsageError(f"{run.folder} holds a run with {k}={saved.get(k)!r}, but the grid gives "
@@ -344,7 +335,7 @@ except (OSError, AttributeError):
 
 def execute(run: Run, lock_fd: int, timeout: float | None) -> dict:
     """Run one child to its end; return the run.json record, also written to the run folder."""
-    previous = _read_json(run.folder / RUN)
+    previous = read_json(run.folder / RUN)
     argv = run.command_line()
     record = {"name": run.name, "command": argv, "config": run.config.to_dict(), "host": socket.gethostname(),
               "attempt": previous.get("attempt", 0) + 1, "started": _now()}
@@ -381,7 +372,7 @@ def execute(run: Run, lock_fd: int, timeout: float | None) -> dict:
             raise
         reader.join(10)
 
-    complete = code == 0 and _read_json(run.folder / METRICS).get("status") == "complete"
+    complete = code == 0 and read_json(run.folder / METRICS).get("status") == "complete"
     error = [line for line in tail if line]
     if timed_out:
         error.append(f"timed out after {timeout:g} s and was killed; the same command resumes it")
@@ -400,7 +391,7 @@ def execute(run: Run, lock_fd: int, timeout: float | None) -> dict:
 def _mark_complete(run: Run) -> None:
     """A run that finished while its sweep was being killed: tidy its folder and record it as complete."""
     remove_stale_temporaries(run.folder)
-    record = _read_json(run.folder / RUN)
+    record = read_json(run.folder / RUN)
     if record and record.get("status") != "complete":
         ended = datetime.fromtimestamp((run.folder / METRICS).stat().st_mtime).astimezone()
         write_json(run.folder / RUN, {**record, "status": "complete", "exit_code": 0, "error": None,
@@ -415,7 +406,7 @@ def one_line(error: str | None) -> str:
 
 def _dev_summary(run: Run) -> str:
     """The run's dev metrics in one line, with its warnings (all predictions one class, say) after them."""
-    metrics = _read_json(run.folder / METRICS)
+    metrics = read_json(run.folder / METRICS)
     scores = ", ".join(f"{split} {name} {value:.4f}" for split, values in sorted(metrics.items())
                        if split.startswith(("dev", "test")) and isinstance(values, dict)
                        for name, value in values.items())
@@ -469,7 +460,7 @@ def restore_from_archive(run: Run, archive: str | Path | None) -> bool:
     if archive is None or run_status(run) == "complete":
         return False
     source = Path(archive) / run.folder.name / METRICS
-    saved = _read_json(source)  # {} when the archive lacks the run
+    saved = read_json(source)  # {} when the archive lacks the run
     k = first_difference(saved.get("config") or {}, run.config) if saved else None
     if k is not None:
         raise UsageError(f"{source} holds a run with {k}={saved['config'].get(k)!r}, but the grid gives "
@@ -508,7 +499,7 @@ def sweep(grid_file: str | Path, output_dir: str | Path | None = None, shard: tu
     print(f"{output_dir}: {len(mine)} runs{part}: {len(todo)} to run, {len(skipped)} already complete"
           + (f" ({restored} of them restored from the archive {archive})" if restored else "")
           + (f", {len(left)} failed and not retried" if left else ""))
-    complete, failed, busy = [], [(r, _read_json(r.folder / RUN).get("error")) for r in left], []
+    complete, failed, busy = [], [(r, read_json(r.folder / RUN).get("error")) for r in left], []
     bar = progress(total=len(mine), initial=len(mine) - len(todo), desc="sweep", unit="run")
     for run in skipped:
         with claim(run.folder) as lock:

@@ -14,32 +14,22 @@ trained it: `make clean` (or deleting runs/) starts afresh.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 
 from course_lib.config import first_difference
-from course_lib.repro import METRICS, write_json
+from course_lib.repro import METRICS, read_json, write_json
 
 FINISHED_RUNS_ENV = "ATTENTION_LAB_FINISHED_RUNS"  # a folder of finished runs to read back from, or unset
-
-
-def _completed(path: Path) -> dict | None:
-    """A training run's metrics.json content when it completed (a notebook's own metrics.json has no config)."""
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    is_run = isinstance(saved, dict) and saved.get("status") == "complete" and isinstance(saved.get("config"), dict)
-    return saved if is_run else None
 
 
 def identical_finished_run(cfg, folder: Path) -> Path | None:
     """The folder under `folder` of a completed run with cfg's configuration (output_dir aside), else None."""
     for path in sorted(folder.rglob(METRICS)):
-        saved = _completed(path)
-        if saved is not None and first_difference(saved["config"], cfg) is None:
+        saved = read_json(path)  # a notebook's own metrics.json has no config
+        if saved.get("status") == "complete" and isinstance(saved.get("config"), dict) \
+                and first_difference(saved["config"], cfg) is None:
             return path.parent
     return None
 
@@ -58,7 +48,7 @@ def copy_finished_run(donor: Path, out: Path) -> None:
     shutil.rmtree(temporary, ignore_errors=True)  # a copy cut short earlier
     shutil.copytree(donor, temporary, copy_function=_link_or_copy,
                     ignore=lambda _, names: [n for n in names if n.startswith(".") or n == METRICS])
-    saved = json.loads((donor / METRICS).read_text(encoding="utf-8"))
+    saved = read_json(donor / METRICS)
     write_json(temporary / METRICS, {**saved, "config": {**saved["config"], "output_dir": str(out)}})
     if out.is_dir():
         out.rmdir()  # empty (the caller checked); a folder with files is never replaced
