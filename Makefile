@@ -1,4 +1,5 @@
 # Entry points; all work on a fresh clone with no network beyond PyPI:
+#   make install     create .venv, install requirements.txt and the notebooks' kernel (attention-lab); no tests
 #   make test        create .venv if missing, install, run the test suite and the notebooks (nbval)
 #   make demo        run every notebook's smoke preset through the batch runner; print the results table
 #                    (training runs that make test's notebooks finished with the same settings are read back)
@@ -10,14 +11,16 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: test demo notebooks clean
+.PHONY: install test demo notebooks clean
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt pyproject.toml course_lib/kernel.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
-	$(PY) -m ipykernel install --sys-prefix --name attention-lab --display-name attention-lab
+	$(PY) -m course_lib.kernel install
 	touch $@
+
+install: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest

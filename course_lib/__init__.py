@@ -1,10 +1,14 @@
 """attention-lab's course library: a from-scratch BERT, pluggable attention and the methods built on it.
 
 The public names below are imported lazily, so light modules (metrics, glue's registry, plotting) can be
-used without paying for torch and transformers at import time.
+used without paying for torch and transformers at import time. Importing the package first also sets how
+torch's OpenMP threads wait (`course_lib.openmp`), which only takes effect before torch is loaded.
 """
 
+from course_lib.openmp import use_passive_wait
+
 __version__ = "0.1.0"
+use_passive_wait()  # before anything imports torch: libgomp reads it once, at load (course_lib/openmp.py)
 
 _PUBLIC = {
     "BertConfig": "model.config", "FinetuneConfig": "training.config", "UsageError": "errors",

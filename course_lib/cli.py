@@ -161,6 +161,13 @@ BENCHES = {
                                                 "runs/bench/reference/<task>)")}),
     "memory": ("peak resident memory of fine-tuning, ours vs transformers'", "course_lib.bench.memory", {
         **_MODEL, **_JSON, "--repeats": dict(type=int, default=10, help="training steps per run")}),
+    "contention": ("a training step quiet and beside busy programs, under each OpenMP thread setting",
+                   "course_lib.bench.contention", {
+                       **_JSON, "--busy": dict(type=int, nargs="+", default=[0, 1, 2],
+                                               help="how many busy programs run beside, one case each"),
+                       "--rounds": dict(type=int, default=2, help="rounds, each running every setting and load"),
+                       "--repeats": dict(type=int, default=4, help="timed steps per run"),
+                       "--batch-size": dict(type=int, default=32), "--seq-len": dict(type=int, default=64)}),
 }
 
 

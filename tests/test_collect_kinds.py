@@ -184,3 +184,41 @@ def test_files_written_before_kind_existed_are_still_recognised():
     assert kind_of({"config": {}, "tasks": ["sst2"], "dev": {}}).name == "multitask"
     assert kind_of({"config": {}, "eval_curve": [], "final": {}}).name == "pretrain"
     assert kind_of({"kind": "other", "config": {}, "task": "sst2"}) is None
+def finetune_result(task: str, method: str, seed: int, dev: dict, **config) -> dict:
+    return {"kind": "finetune", "status": "complete", "task": task, "main_metric": next(iter(dev)),
+            "config": {"task": task, "method": method, "seed": seed, **get_method(method).options().to_dict(),
+                       **config}, "dev": dev}
+
+
+def test_the_table_shows_every_score_in_percent_like_the_papers_and_counts_without_decimals(tmp_path):
+    write(tmp_path / "a", finetune_result("sst2", "vanilla", 0, {"accuracy": 0.7925}))
+    write(tmp_path / "b", finetune_result("squad", "vanilla", 0, {"exact_match": 30.9759, "f1": 46.2056}))
+    write(tmp_path / "c", finetune_result("wnut17", "vanilla", 0, {"f1": 0.5124, "truncated_words": 8}))
+    table = collect.kind_table(collect.collect(tmp_path))
+    row = {line.split(" | ")[0].strip("| "): line for line in table if line.startswith("| ")}
+    assert "| 79.25 |" in row["sst2"]  # a fraction x 100
+    assert "| 30.98 | 46.21 |" in row["squad"]  # SQuAD's official scores are in percent already: not x 100
+    assert "| 51.24 |" in row["wnut17"] and "| 8 |" in row["wnut17"]  # entity F1 x 100; a count stays whole
+    assert "0.79" not in row["sst2"] and "8.0000" not in row["wnut17"]
+
+
+def test_better_is_said_only_where_a_test_can_say_it(tmp_path):
+    for seed, (base, asa) in enumerate([(0.80, 0.82)]):  # one pair: no test, so no "yes"
+        write(tmp_path / f"v{seed}", finetune_result("sst2", "vanilla", seed, {"accuracy": base}))
+        write(tmp_path / f"a{seed}", finetune_result("sst2", "asa", seed, {"accuracy": asa}))
+    tests = collect.paired_tests(collect.collect(tmp_path))
+    assert [collect.verdict(t) for t in tests] == ["no test (1 pair)"]
+    assert "+2.00 points" in collect.tests_table(tests)[2]  # the difference on the table's scale
+    significant = {"better": True, "p_value": 0.001, "p_holm": 0.01, "pairs": 5}
+    assert collect.verdict(significant) == "yes"
+    assert collect.verdict({**significant, "better": False}) == "no, worse"
+    assert collect.verdict({**significant, "p_holm": 0.2}) == "not shown"
+
+
+def test_rows_of_one_method_and_task_say_which_recipe_sets_them_apart(tmp_path):
+    for notebook, samples in (("01_ssa", 1024), ("03_ssaf", 2000)):
+        write(tmp_path / notebook / "smoke" / "vanilla", finetune_result(
+            "sst2", "vanilla", 0, {"accuracy": 0.8}, max_train_samples=samples))
+    notes = collect.recipe_notes(collect.collect(tmp_path))
+    assert notes == ["- vanilla on sst2, 2 rows: max_train_samples 1024 (01_ssa); max_train_samples 2000 (03_ssaf)"]
+    assert notes[0] in collect.kind_table(collect.collect(tmp_path))

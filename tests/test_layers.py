@@ -11,8 +11,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = (
-    {"errors", "repro", "config"},  # the shared base: one-line errors, seeding, atomic writes, progress bars,
-    #                                 the config framework
+    {"errors", "repro", "config", "openmp"},  # the shared base: one-line errors, seeding, atomic writes,
+    #                                           progress bars, the config framework, OpenMP's wait policy
     {"model"},  # plain PyTorch BERT
     {"fast"},  # CPU kernels swapped into a model
     {"tasks"},
@@ -21,7 +21,7 @@ LAYERS = (
     {"experiments"},
     {"bench"},
     {"teaching"},
-    {"cli", "__main__", "check", "collect", "notebooks", "sweep"},  # the command-line names
+    {"cli", "__main__", "check", "collect", "notebooks", "sweep", "kernel"},  # the command-line names, the kernel
 )
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from course_lib.errors import Parser, UsageError, report_errors
 from course_lib.tasks.metrics import holm_adjusted, paired_t_test
-from course_lib.experiments.records import KINDS, kind_of, lower_is_better
+from course_lib.experiments.records import KINDS, kind_of, lower_is_better, percent_scale
 from course_lib.experiments.reported import reported
 from course_lib.repro import METRICS, atomic_write, lock_exclusive
 
@@ -113,7 +113,7 @@ def _group_value(row: dict, field: str):
 
 def _stats(values: list[float]) -> dict:
     return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else None,
-            "n": len(values)}
+            "n": len(values), "counts": all(float(v).is_integer() for v in values)}
 
 
 def _groups(rows: list[dict], fields: list[str]) -> list[list[dict]]:
@@ -258,27 +258,77 @@ def _mean_std(stats: dict | None) -> str:
 PAPER_COLUMN = "reported by the papers (not our model or split)"
 
 
+def _shown(stats: dict | None, percent: int | None) -> str:
+    """A metric's mean ± std as a table shows it: scores in percent (x `percent`, `records.percent_scale`; 2
+    decimals), counts without decimals when the mean is whole, other values (losses) to 4 decimals."""
+    if stats is None:
+        return ""
+    scale, digits = (percent, 2) if percent else (1, 4)
+    if stats.get("counts") and not percent:
+        digits = 0 if float(stats["mean"]).is_integer() else 1
+    mean = f"{stats['mean'] * scale:.{digits}f}"
+    return mean if stats["std"] is None else f"{mean} ± {stats['std'] * scale:.{max(digits, 1)}f}"
+
+
 def kind_table(rows: list[dict]) -> list[str]:
-    """The markdown table of one kind's groups: settings, seeds, each metric's mean ± std, the papers' numbers."""
+    """The markdown table of one kind's groups: settings, seeds, each metric's mean ± std on the papers' scale
+    (`records.percent_scale`), the papers' numbers; then a line per task and method that has several rows,
+    naming the settings that set them apart and the folders they come from."""
     fields, metrics = group_fields(rows), _metric_names(rows)
     header = [*fields, "seeds", *metrics, PAPER_COLUMN]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for group in summarize(rows):
         cells = [str(group[f]) for f in fields] + [str(group["n"])]
-        cells += [_mean_std(group["metrics"].get(m)) for m in metrics]
+        cells += [_shown(group["metrics"].get(m), percent_scale(str(group["task"]), m)) for m in metrics]
         cells.append(reported(str(group["method"]), str(group["task"]), group["kind"]))
         lines.append("| " + " | ".join(cells) + " |")
-    return lines
+    notes = recipe_notes(rows)
+    return lines + (["", "Rows of the same task and method differ in their recipe:", *notes] if notes else [])
+
+
+def recipe_notes(rows: list[dict]) -> list[str]:
+    """'- vanilla on sst2, 3 rows: max_train_samples 1024 (01_kou2020_ssa), 2000 (03_...)': for each task and
+    method with several groups, the settings whose values differ between them and where each group's runs are
+    (the first folder of their path under the collected folder: the notebook or grid that ran them)."""
+    fields, notes = group_fields(rows), []
+    by_method: dict = {}
+    for members in _groups(rows, fields):
+        by_method.setdefault((members[0]["task"], members[0]["method"]), []).append(members)
+    for (task, method), groups in sorted(by_method.items()):
+        differ = [f for f in fields[2:] if len({json.dumps(_group_value(g[0], f), default=str) for g in groups}) > 1]
+        if len(groups) < 2 or not differ:
+            continue
+        recipes = []
+        for members in groups:
+            where = sorted({Path(row["run"]).parts[0] for row in members if Path(row["run"]).parts})
+            settings = ", ".join(f"{f} {_group_value(members[0], f)}" for f in differ)
+            recipes.append(settings + (f" ({', '.join(where)})" if where else ""))
+        notes.append(f"- {method} on {task}, {len(groups)} rows: " + "; ".join(recipes))
+    return notes
+
+
+def verdict(test: dict) -> str:
+    """What a paired test can say: 'yes' or 'no, worse' only when Holm's p is below 0.05, else 'not shown';
+    with under 2 pairs there is no test, and pairs that are all equal show no difference."""
+    if test["better"] is None:
+        return "equal in every pair"
+    if test["p_value"] is None:
+        return f"no test ({test['pairs']} pair{'s' if test['pairs'] != 1 else ''})"
+    if test["p_holm"] >= 0.05:
+        return "not shown"
+    return "yes" if test["better"] else "no, worse"
 
 
 def tests_table(tests: list[dict]) -> list[str]:
-    """The paired tests as markdown: difference, which way is better, raw and Holm-adjusted p."""
-    lines = ["| kind | task | method | against | metric | pairs | mean difference | better? | p | p (Holm) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    """The paired tests as markdown: difference (on the table's scale), what the test says, raw and
+    Holm-adjusted p."""
+    lines = ["| kind | task | method | against | metric | pairs | mean difference | better? (Holm p < 0.05) | p "
+             "| p (Holm) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for t in tests:
-        better = {True: "yes", False: "no", None: "equal"}[t["better"]]
+        percent = percent_scale(t["task"], t["metric"])
+        difference = f"{t['mean_difference'] * percent:+.2f} points" if percent else f"{t['mean_difference']:+.4f}"
         cells = [t["kind"], t["task"], t["method"], t["baseline"], t["metric"] + (" (lower is better)"
-                 if t["lower_is_better"] else ""), str(t["pairs"]), f"{t['mean_difference']:+.4f}", better,
+                 if t["lower_is_better"] else ""), str(t["pairs"]), difference, verdict(t),
                  *("n/a" if p is None else f"{p:.3g}" for p in (t["p_value"], t["p_holm"]))]
         lines.append("| " + " | ".join(cells) + " |")
     return lines

@@ -9,6 +9,7 @@ from __future__ import annotations
 import textwrap
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import seaborn as sns
 
@@ -53,11 +54,25 @@ def line(x, ys: dict, xlabel: str, ylabel: str, ax=None, title: str = "", logy: 
                   size=(6, 4))
 
 
-def token_scores(tokens: list[str], scores, ax=None, title: str = "", label: str = "score"):
-    """A sentence's per-token scores (SSA importance, attention received) as one coloured strip."""
+def colour_range(*score_rows) -> tuple[float, float]:
+    """The smallest and largest of all the rows: one colour scale for strips that are compared."""
+    values = [float(v) for row in score_rows for v in np.asarray(_numpy(row)).reshape(-1)]
+    return min(values), max(values)
+
+
+def token_scores(tokens: list[str], scores, ax=None, title: str = "", label: str = "score",
+                 vrange: tuple[float, float] | None = None):
+    """A sentence's per-token scores (SSA importance, attention received) as one coloured strip.
+
+    The colours span `vrange` (default: this strip's own smallest to largest score), not 0 to 1: after a short
+    run SSA's scores can all lie within 0.97-0.99, which a 0-1 scale shows as one flat block. The printed
+    numbers get a third decimal when the range is that narrow.
+    """
+    vmin, vmax = vrange if vrange is not None else colour_range(scores)
     ax = _axes(ax, (max(4, 0.55 * len(tokens)), 1.6))
-    sns.heatmap(_numpy(scores)[None, :], xticklabels=tokens, yticklabels=[label], cmap="mako_r", vmin=0,
-                vmax=1, annot=True, fmt=".2f", annot_kws={"size": 7}, cbar=False, ax=ax)
+    sns.heatmap(np.asarray(_numpy(scores))[None, :], xticklabels=tokens, yticklabels=[label], cmap="mako_r", vmin=vmin,
+                vmax=max(vmax, vmin + 1e-6), annot=True, fmt=".3f" if vmax - vmin < 0.1 else ".2f",
+                annot_kws={"size": 7}, cbar=False, ax=ax)
     ax.tick_params(axis="x", rotation=60)
     ax.set_title(title)
     return ax

@@ -13,15 +13,29 @@ import math
 from typing import Callable
 
 from course_lib.methods.registry import METHODS
-from course_lib.tasks.registry import TASKS
+from course_lib.tasks.registry import FAMILIES, TASKS
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
 
 METHOD_PREFIXES = ("ssa_", "asa_", "sparsegen_", "bernoulli_", "ag_")  # a method's own settings
 LOWER_IS_BETTER = ("loss", "perplexity")  # metric names containing these improve downwards
 
 
+FRACTIONS = ("accuracy", "f1", "precision", "recall", "matthews_correlation", "pearson", "spearmanr",
+             "combined_score", "overall", "exact_match")  # scores that most families give in [0, 1] or [-1, 1]
+
+
 def lower_is_better(metric: str) -> bool:
     return any(word in metric for word in LOWER_IS_BETTER)
+
+
+def percent_scale(task: str, metric: str) -> int | None:
+    """What a results table multiplies this metric by to show it in percent, the papers' scale: 100 for a score
+    the task's family gives as a fraction ('dev accuracy' 0.79 shows as 79.00), 1 for one it gives in percent
+    already (SQuAD's exact match and F1), None for a metric that is no score (a loss, a count)."""
+    if metric.split(" ")[-1] not in FRACTIONS:
+        return None
+    family = getattr(TASKS.get(task), "family", None)
+    return 1 if family is not None and FAMILIES[family].percent_scores else 100
 
 
 def _defaults(config_class) -> dict:

@@ -43,6 +43,8 @@ class TaskFamily:
                                                    run's files and options (None: the family has no such form)
     options                                        the family's own options, a Validated dataclass; a run of
                                                    the family holds an instance as cfg.task_options
+    percent_scores                                 whether score() gives 0-100 (SQuAD's official script) rather
+                                                   than fractions; results tables show both on the 0-100 scale
     """
 
     name: str
@@ -58,6 +60,7 @@ class TaskFamily:
     length: Callable = lambda feature: len(feature["input_ids"])
     custom: Callable | None = None
     options: type[Validated] = NoOptions
+    percent_scores: bool = False
 
 
 FAMILIES: dict[str, TaskFamily] = {}
@@ -143,7 +146,7 @@ register_family(TaskFamily(
     span_qa.SPAN_QA, "span question answering: the answer is a span of the context",
     read=span_qa.read, encode=span_qa.encode, collate=squad.collate_squad, build_head=span_qa.plain_head,
     decode=span_qa.decode, score=span_qa.score, write_predictions=span_qa.write_predictions,
-    predictions_suffix="json", options=span_qa.SpanQAOptions))
+    predictions_suffix="json", options=span_qa.SpanQAOptions, percent_scores=True))
 register_family(TaskFamily(
     tagging.TAGGING, "token tagging: a tag per word (named entities), scored by entity",
     read=tagging.read, encode=tagging.encode, collate=tagging.collate, build_head=tagging.plain_head,

@@ -1,0 +1,68 @@
+"""What a student sees in JupyterLab: the attention-lab kernel (course_lib.kernel), JupyterLab's defaults for the
+course environment, progress bars whose saved form is their last state, and figures scaled to what they show."""
+import json
+import os
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from course_lib import kernel
+from course_lib.experiments import plots
+from course_lib.openmp import SPIN_COUNT, WAIT_POLICY
+
+LAB_SCHEMAS = Path(sys.prefix) / "share" / "jupyter" / "lab" / "schemas"
+
+
+def test_install_writes_the_kernel_spec_and_valid_lab_overrides(tmp_path):
+    spec_file, overrides_file = kernel.install(prefix=str(tmp_path))
+    spec = json.loads(spec_file.read_text())
+    assert spec["display_name"] == "attention-lab" and spec["argv"][0] == sys.executable
+    assert spec["argv"][-4:] == ["-m", "course_lib.kernel", "-f", "{connection_file}"]
+    overrides = json.loads(overrides_file.read_text())
+    assert overrides_file == tmp_path / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+    for plugin, settings in overrides.items():  # every key is a real setting of the installed JupyterLab
+        package, name = plugin.split(":")
+        schema = json.loads((LAB_SCHEMAS / package / f"{name}.json").read_text())["properties"]
+        for key, value in settings.items():
+            allowed = [option["const"] for option in schema[key].get("oneOf", [])]
+            assert key in schema and (not allowed or value in allowed), (plugin, key, value)
+    assert overrides["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"  # never asks
+
+
+def run_in_kernel(*cells: str) -> list:
+    """Execute cells in the installed attention-lab kernel, as JupyterLab would, for a user who set nothing
+    about threads and is not on CI (so bars show); return the notebook's saved outputs per cell."""
+    if "attention-lab" not in __import__("jupyter_client.kernelspec").kernelspec.find_kernel_specs():
+        pytest.fail("the attention-lab kernel is not installed: run `make install`")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    env = {k: v for k, v in os.environ.items() if k not in (WAIT_POLICY, SPIN_COUNT, "CI", "TQDM_DISABLE")}
+    NotebookClient(nb, kernel_name="attention-lab", timeout=300).execute(env=env)
+    return [cell.outputs for cell in nb.cells]
+
+
+def test_a_saved_notebook_shows_each_bar_as_it_ended_and_the_kernel_waits_passively():
+    bars, spin = run_in_kernel(
+        "from course_lib.repro import progress\n"
+        "for _ in progress(range(64), desc='epoch 1'): pass\n"
+        "for _ in progress(range(8), desc='evaluating', leave=False): pass",
+        "from course_lib.openmp import idle_spin_seconds\nprint(idle_spin_seconds())")
+    kept, gone = (output["data"] for output in bars)
+    assert "application/vnd.jupyter.widget-view+json" in kept  # live, it is a widget
+    assert kept["text/plain"].startswith("epoch 1: 100%") and "64/64" in kept["text/plain"]  # not "0/64"
+    assert gone["text/plain"] == ""  # leave=False: the bar is gone once done
+    assert float(spin[0]["text"]) < 0.1  # the kernel spec started course_lib before the cell imported torch
+
+
+def test_token_scores_are_coloured_over_their_own_range():
+    """After a short run SSA's scores may all lie in 0.97-0.99: on a 0-1 scale that is one flat block."""
+    scores = [0.971, 0.985, 0.990, 0.978]
+    mesh = plots.token_scores(["a", "fine", "film", "."], scores).collections[0]
+    assert (mesh.norm.vmin, mesh.norm.vmax) == (0.971, 0.990)
+    colours = {tuple(c) for c in mesh.get_facecolors()}
+    assert len(colours) == len(scores)  # every token its own shade
+    assert [t.get_text() for t in mesh.axes.texts] == ["0.971", "0.985", "0.990", "0.978"]
+    shared = plots.token_scores(["a"], [0.98], vrange=plots.colour_range(scores, [0.5])).collections[0]
+    assert (shared.norm.vmin, shared.norm.vmax) == (0.5, 0.990)
