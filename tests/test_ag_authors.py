@@ -6,7 +6,8 @@ TrainerAG.create_pos_attn_patterns (the identity/next/prev/first patterns), Trai
 MSELoss per head group, summed over groups and layers) and TrainerAG.linear_schedule_for_scale (α's plateau and
 decay). Those three methods were run unchanged, in a scratch folder outside this repository, in float64, on the
 inputs rebuilt below (attention_maps()); their results are pasted here as literals. No code of theirs is in
-this repository.
+this repository. tests/references/ag_authors.py regenerates AUTHORS and AUTHORS_SCHEDULE:
+`.venv/bin/python tests/references/ag_authors.py --authors-checkout /path/to/AttentionGuidance`.
 
 The settings that the docs name as "the authors' code" (docs/methods.md section 4, docs/departures.md section 4)
 are ag_reduction="mean", ag_boundary="zero", ag_plateau_steps=20000. Their default data has no padding, so the

@@ -1,5 +1,7 @@
 """Mistakes found before any training (an output folder that cannot be written, a damaged model), and runs
 that learnt nothing said to be such (every dev prediction the same class) instead of reported as results."""
+import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -79,23 +81,50 @@ def test_an_output_folder_that_is_a_file_is_refused_before_training(name, where,
     assert "--output-dir" in err and blocker.read_text() == "not a folder\n"
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders; the folder-is-a-file "
-                                              "tests and the failed-probe test cover the check")
+CAP_DAC_OVERRIDE = 1  # <linux/capability.h>: what lets root write into a folder whose mode bits say no
+
+
+@contextlib.contextmanager
+def root_held_to_mode_bits():
+    """As root (CI runs as root), drop CAP_DAC_OVERRIDE from this thread's effective set for the block: root is
+    then held to a folder's mode bits like any owner, so a folder it made read-only is read-only to it; the
+    capability stays permitted and comes back after. For any other user, nothing to do."""
+    if os.geteuid() != 0:
+        yield
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3; pid 0: this thread
+    caps = (ctypes.c_uint32 * 6)()  # (effective, permitted, inheritable) of capabilities 0-31, then of 32-63
+    assert libc.capget(header, caps) == 0, os.strerror(ctypes.get_errno())
+    saved = list(caps)
+    caps[0] &= ~(1 << CAP_DAC_OVERRIDE)
+    assert libc.capset(header, caps) == 0, os.strerror(ctypes.get_errno())
+    try:
+        yield
+    finally:
+        caps[:] = saved
+        assert libc.capset(header, caps) == 0, os.strerror(ctypes.get_errno())
+
+
 @pytest.mark.parametrize("name", ENTRY_POINTS)
 def test_a_read_only_output_folder_is_refused_before_training(name, tiny_model_dir, keyword_glue, tmp_path,
                                                               capsys, no_training):
+    """A folder whose mode forbids writing to its owner; as root, root without its override (root_held_to_mode_bits),
+    so the kernel's own refusal of the probe is what the one-line error reports."""
     out = tmp_path / "read_only"
     out.mkdir()
     out.chmod(0o500)
     try:
-        assert run_entry_point(name, out, tiny_model_dir, keyword_glue, tmp_path) == 2
+        with root_held_to_mode_bits():
+            assert run_entry_point(name, out, tiny_model_dir, keyword_glue, tmp_path) == 2
     finally:
         out.chmod(0o700)
     assert f"output folder '{out}' cannot be written: Permission denied" in one_line_error(capsys)
+    assert list(out.iterdir()) == [], "nothing may be written into the read-only folder"
 
 
 def test_a_probe_that_cannot_be_written_names_the_reason_and_a_good_folder_is_left_clean(tmp_path, monkeypatch):
-    """The read-only case as root: the file system's refusal of the probe, whatever the reason, is the message."""
+    """The file system's refusal of the probe, whatever the reason (here a read-only file system), is the message."""
     out = repro.check_writable_dir(tmp_path / "new" / "run")
     assert out.is_dir() and not list(out.iterdir()), "the probe file must not stay behind"
 

@@ -65,3 +65,31 @@ def test_a_child_process_inherits_the_setting():
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert float(out.stdout.strip().splitlines()[-1]) < SPINNING
+
+
+@pytest.mark.slow
+def test_the_contention_bench_runs_each_setting_in_a_process_that_has_it():
+    from course_lib.bench import contention
+
+    result = contention.contention(busy_counts=(0, 1), rounds=1, steps=1, batch_size=2, seq_len=8)
+    cell = {(c["setting"], c["busy"]): c for c in result["cells"]}
+    assert len(cell) == 2 * len(contention.SETTINGS)
+    assert cell["libgomp default (spin 300k)", 0]["idle_spin_s"] > SPINNING  # what every run did before
+    assert cell["passive wait", 1]["idle_spin_s"] < SPINNING
+    assert cell["one thread", 0]["threads"] == 1 and cell["passive wait", 0]["threads"] == os.cpu_count()
+    assert all(s > 0 for c in result["cells"] for s in c["seconds"])
+    table = contention.format_contention(result)
+    assert "| passive wait | 2/2 |" in table.replace(f"{os.cpu_count()}/{os.cpu_count()}", "2/2")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--busy", "1", "2"], "--busy 1 2: give distinct counts of busy programs starting with 0"),
+    (["--busy", "0", "-1"], "--busy 0 -1: give distinct counts"),
+    (["--rounds", "0"], "--rounds 0: must be at least 1"),
+])
+def test_bad_contention_arguments_are_one_line_errors_before_anything_runs(argv, message, capsys):
+    from course_lib import cli
+
+    assert cli.main(["bench", "contention", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1

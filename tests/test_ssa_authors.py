@@ -7,7 +7,8 @@ this repository, in float64, with dropout 0. Their model received the weights of
 head dense/LayerNorm and output layer(s), classifier. The batch went through their forward as their training step
 calls it (run_ssa.py: labels=None and token_real_label given; the task loss, cross-entropy or MSE, computed
 outside and combined as (1 - w)·task + w·token with w = 0.3, i.e. our ssa_target_weight = 0.7), then backward.
-Their code is not part of this repository; only its outputs are stored here.
+Their code is not part of this repository; only its outputs are stored here. tests/references/ssa_authors.py
+regenerates AUTHORS: `.venv/bin/python tests/references/ssa_authors.py --authors-checkout /path/to/ssa_BERT`.
 
 What is covered: SSA-Co and SSA-Hybrid, with the shared token head and with one output layer per position
 (`ssa_share_weight=False`, their `--share_weight 0`), classification and regression: task logits, token logits,

@@ -16,7 +16,8 @@ import subprocess
 import sys
 import time
 
-from course_lib.openmp import SPIN_COUNT, WAIT_POLICY
+from course_lib.errors import UsageError
+from course_lib.openmp import SPIN_COUNT, WAIT_POLICY, idle_spin_seconds
 from course_lib.repro import progress
 
 THREADS = "OMP_NUM_THREADS"
@@ -77,7 +78,7 @@ def step_times(steps: int, batch_size: int, seq_len: int) -> dict:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         seconds.append(time.perf_counter() - started)
-    return {"threads": torch.get_num_threads(), "seconds": seconds[1:]}
+    return {"threads": torch.get_num_threads(), "seconds": seconds[1:], "idle_spin_s": round(idle_spin_seconds(), 3)}
 
 
 def _child_env(setting: str) -> dict:
@@ -107,7 +108,7 @@ def contention(busy_counts=(0, 1, 2), rounds: int = 2, steps: int = 4, batch_siz
                 run = _in_fresh_process(name, steps, batch_size, seq_len)
                 cell = cells.setdefault(f"{name}|{busy}", {"setting": name, "busy": busy, "seconds": []})
                 cell["seconds"] += run["seconds"]
-                cell["threads"] = run["threads"]
+                cell["threads"], cell["idle_spin_s"] = run["threads"], run["idle_spin_s"]
         finally:
             for hog in hogs:
                 hog.kill()
@@ -126,18 +127,33 @@ def format_contention(result: dict) -> str:
              f"{result['cores']} cores beside 0-{max(busy)} busy programs: median seconds of "
              f"{result['steps']} steps x {result['rounds']} rounds, each run a fresh process.",
              "(x own quiet: the slowdown under load; x default quiet: against libgomp's default on a quiet machine)",
-             "| setting | threads | " + " | ".join(f"{b} busy: s (x own quiet, x default quiet)" for b in busy)
-             + " |", "|---|---|" + "---|" * len(busy)]
+             "(idle spin: CPU seconds the threads burn over 40 short pauses, measured in the run's process: about "
+             "0.3 when they spin, 0.02 when they sleep)",
+             "| setting | threads | idle spin s | " + " | ".join(f"{b} busy: s (x own quiet, x default quiet)"
+                                                          for b in busy) + " |", "|---|---|---|" + "---|" * len(busy)]
     for name in SETTINGS:
         quiet = cell[(name, busy[0])]["median_s"]
         row = [f"{cell[(name, b)]['median_s']} ({cell[(name, b)]['median_s'] / quiet:.2f}, "
                f"{cell[(name, b)]['median_s'] / default:.2f})" for b in busy]
         threads = "/".join(str(cell[(name, b)]["threads"]) for b in busy)
-        lines.append(f"| {name} | {threads} | " + " | ".join(row) + " |")
+        spin = cell[(name, busy[0])].get("idle_spin_s", "")
+        lines.append(f"| {name} | {threads} | {spin} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
+def check_arguments(busy: list[int], rounds: int, repeats: int, batch_size: int, seq_len: int) -> None:
+    """One line before anything starts: the quiet case (0 busy) comes first, since every ratio is to it."""
+    if not busy or busy[0] != 0 or min(busy) < 0 or len(set(busy)) != len(busy):
+        raise UsageError(f"--busy {' '.join(map(str, busy))}: give distinct counts of busy programs starting with 0 "
+                         "(the quiet case every ratio is taken to), e.g. --busy 0 1 2")
+    for flag, value in (("--rounds", rounds), ("--repeats", repeats), ("--batch-size", batch_size),
+                        ("--seq-len", seq_len)):
+        if value < 1:
+            raise UsageError(f"{flag} {value}: must be at least 1")
+
+
 def main(args) -> None:
+    check_arguments(args.busy, args.rounds, args.repeats, args.batch_size, args.seq_len)
     result = contention(tuple(args.busy), args.rounds, args.repeats, args.batch_size, args.seq_len)
     print(json.dumps(result, indent=2) if args.json else format_contention(result))
 
