@@ -321,16 +321,16 @@ def test_collector_mean_and_sample_std_over_seeds(tmp_path, capsys):
     accuracy = groups["sst2", 2e-5]["metrics"]["dev accuracy"]
     assert groups["sst2", 2e-5]["seeds"] == [0, 1, 2]
     assert math.isclose(accuracy["mean"], mean) and math.isclose(accuracy["std"], std)
-    assert groups["sst2", 1e-4]["metrics"]["dev accuracy"] == {"mean": 0.7, "std": None, "n": 1}
+    assert groups["sst2", 1e-4]["metrics"]["dev accuracy"] == {"mean": 0.7, "std": None, "n": 1, "counts": False}
     assert math.isclose(groups["cola", 2e-5]["metrics"]["dev matthews_correlation"]["std"], 0.11 / math.sqrt(2))
 
     assert collect.main([str(tmp_path), "--out", str(tmp_path / "tables" / "glue")]) == 0
     table = (tmp_path / "tables" / "glue.md").read_text()
     header = "| task | method | lr | seeds | dev accuracy | dev matthews_correlation | dev_matched accuracy |"
     assert header in table
-    assert f"| sst2 | vanilla | 2e-05 | 3 | {mean:.4f} ± {std:.4f} |  |  |" in table
-    assert "| sst2 | vanilla | 0.0001 | 1 | 0.7000 |  |  |" in table
-    assert "| mnli | vanilla | 2e-05 | 1 |  |  | 0.7000 | 0.7200 |" in table
+    assert f"| sst2 | vanilla | 2e-05 | 3 | {100 * mean:.2f} ± {100 * std:.2f} |  |  |" in table  # in percent
+    assert "| sst2 | vanilla | 0.0001 | 1 | 70.00 |  |  |" in table
+    assert "| mnli | vanilla | 2e-05 | 1 |  |  | 70.00 | 72.00 |" in table
     with open(tmp_path / "tables" / "glue.csv") as f:
         table_rows = list(csv.DictReader(f))
     assert len(table_rows) == 7 and {"dev_accuracy", "dev_mismatched_accuracy", "lr", "seed"} <= set(table_rows[0])
@@ -372,7 +372,7 @@ def test_without_fcntl_collect_and_sweep_import_and_go_on_unlocked(tmp_path, mon
             assert first is not None and second is not None  # nothing to lock with: both go on
         write_metrics(tmp_path / "runs" / "seed_0", "sst2", {"dev": {"accuracy": 0.8}})
         csv_path, md_path, rows = collect.write_results(tmp_path / "runs")
-        assert len(rows) == 1 and "| sst2 | vanilla | 1 | 0.8000 |" in md_path.read_text() and csv_path.is_file()
+        assert len(rows) == 1 and "| sst2 | vanilla | 1 | 80.00 |" in md_path.read_text() and csv_path.is_file()
     finally:
         monkeypatch.undo()
         for module in (collect, sweep):
