@@ -24,15 +24,13 @@ float64 loss of the maps (the same numbers to the last bit with a float64 defaul
 """
 from __future__ import annotations
 
-import argparse
 import ast
-import importlib.util
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy
 import torch
+from checkouts import authors_checkout, load_test  # this folder's shared helpers
 
 COMMIT = "8e1e6c3855125fe8f1485fbe57d51285edebfade"
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,25 +38,6 @@ TRAINER = Path("attention_guidance", "src", "transformers", "trainer_ag.py")
 METHODS = ("create_pos_attn_patterns", "compute_ag_loss", "linear_schedule_for_scale")
 SCHEDULE_TOTAL = 50_000  # t_total of AUTHORS_SCHEDULE
 sys.path.insert(0, str(ROOT))
-
-
-def the_test():
-    """tests/test_ag_authors.py as a module: its maps, head-type strings, steps, PICKS and α_0."""
-    spec = importlib.util.spec_from_file_location("test_ag_authors", ROOT / "tests" / "test_ag_authors.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def check_commit(checkout: Path) -> None:
-    """A git checkout must be at COMMIT; an extracted archive has no history to ask, so it is trusted."""
-    if not (checkout / ".git").exists():
-        print(f"# {checkout} is not a git checkout: taken to be commit {COMMIT}", file=sys.stderr)
-        return
-    head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
-    if head != COMMIT:
-        sys.exit(f"{checkout} is at {head}, not {COMMIT}")
 
 
 def authors_trainer(checkout: Path, t_total: int, global_step: int):
@@ -124,16 +103,12 @@ def literal(results: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--authors-checkout", type=Path, required=True,
-                        help=f"a checkout of github.com/ameet-1997/AttentionGuidance at {COMMIT}")
-    args = parser.parse_args()
-    check_commit(args.authors_checkout)
-    test = the_test()
+    checkout = authors_checkout(__doc__, "ameet-1997/AttentionGuidance", COMMIT)
+    test = load_test("test_ag_authors")
     torch.set_num_threads(1)
-    print(literal({head_types: run_head_types(args.authors_checkout, head_types, test) for head_types in test.AUTHORS}))
+    print(literal({head_types: run_head_types(checkout, head_types, test) for head_types in test.AUTHORS}))
     print()
-    factors = schedule(args.authors_checkout, test.AUTHORS_SCHEDULE)
+    factors = schedule(checkout, test.AUTHORS_SCHEDULE)
     start = "AUTHORS_SCHEDULE = "
     print(start + wrapped([f"{step}: {factor!r}" for step, factor in factors.items()], len(start), "{}"))
 

@@ -24,38 +24,17 @@ changes what their code computes here:
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import importlib.util
 import math
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
+from checkouts import authors_checkout, load_test  # this folder's shared helpers
 
 COMMIT = "049af10cf9966acd7dcf8990a11127aecf2348a1"
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-
-
-def the_test():
-    """tests/test_asa_authors.py as a module: its cases, `build`, `inputs` and the way it names what it stores."""
-    spec = importlib.util.spec_from_file_location("test_asa_authors", ROOT / "tests" / "test_asa_authors.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def check_commit(checkout: Path) -> None:
-    """A git checkout must be at COMMIT; an extracted archive has no history to ask, so it is trusted."""
-    if not (checkout / ".git").exists():
-        print(f"# {checkout} is not a git checkout: taken to be commit {COMMIT}", file=sys.stderr)
-        return
-    head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
-    if head != COMMIT:
-        sys.exit(f"{checkout} is at {head}, not {COMMIT}")
 
 
 def _extended_mask(self, attention_mask, input_shape, device=None):
@@ -162,13 +141,9 @@ def literal(value, indent: int = 0, lead: int = 0, width: int = 120) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--authors-checkout", type=Path, required=True,
-                        help=f"a checkout of github.com/gingasan/adversarialSA at {COMMIT}")
-    args = parser.parse_args()
-    check_commit(args.authors_checkout)
-    test = the_test()
-    bert, utils = authors_modules(args.authors_checkout)
+    checkout = authors_checkout(__doc__, "gingasan/adversarialSA", COMMIT)
+    test = load_test("test_asa_authors")
+    bert, utils = authors_modules(checkout)
     torch.set_num_threads(1)
     print("AUTHORS = " + literal({case: run_case(case, test, bert, utils) for case in test.CASES}))
 

@@ -16,29 +16,17 @@ ones, and the result is backpropagated to both. modeling/utils.py imports torch 
 """
 from __future__ import annotations
 
-import argparse
 import importlib.util
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
+from checkouts import authors_checkout  # this folder's shared helpers
 
 COMMIT = "049af10cf9966acd7dcf8990a11127aecf2348a1"
 # The test's scores (tests/test_asa.py): five rows of one regression output, clean and adversarial.
 CLEAN = [[0.5], [1.25], [-0.375], [2.0], [3.5]]
 ADVERSARIAL = [[0.75], [1.0], [0.125], [2.5], [3.0]]
-
-
-def check_commit(checkout: Path) -> None:
-    """A git checkout must be at COMMIT; an extracted archive has no history to ask, so it is trusted."""
-    if not (checkout / ".git").exists():
-        print(f"# {checkout} is not a git checkout: taken to be commit {COMMIT}", file=sys.stderr)
-        return
-    head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
-    if head != COMMIT:
-        sys.exit(f"{checkout} is at {head}, not {COMMIT}")
 
 
 def authors_utils(checkout: Path):
@@ -50,12 +38,8 @@ def authors_utils(checkout: Path):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--authors-checkout", type=Path, required=True,
-                        help=f"a checkout of github.com/gingasan/adversarialSA at {COMMIT}")
-    args = parser.parse_args()
-    check_commit(args.authors_checkout)
-    utils = authors_utils(args.authors_checkout)
+    checkout = authors_checkout(__doc__, "gingasan/adversarialSA", COMMIT)
+    utils = authors_utils(checkout)
     clean = torch.tensor(CLEAN, dtype=torch.float64, requires_grad=True)
     adversarial = torch.tensor(ADVERSARIAL, dtype=torch.float64, requires_grad=True)
     value = utils.divergence(clean, adversarial)

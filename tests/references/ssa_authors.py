@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -38,6 +37,7 @@ from unittest import mock
 
 import torch
 import torch.nn.functional as F
+from checkouts import authors_checkout, load_test  # this folder's shared helpers
 
 COMMIT = "93284bb50ef4b9264ead833d6cc447b9df282a24"
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,25 +46,6 @@ sys.path.insert(0, str(ROOT))
 
 from asa_authors import literal  # noqa: E402  (this folder's writer of AUTHORS literals)
 from course_lib.model.weights import ours_to_hf  # noqa: E402
-
-
-def the_test():
-    """tests/test_ssa_authors.py as a module: its cases, `build` and `inputs`."""
-    spec = importlib.util.spec_from_file_location("test_ssa_authors", ROOT / "tests" / "test_ssa_authors.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def check_commit(checkout: Path) -> None:
-    """A git checkout must be at COMMIT; an extracted archive has no history to ask, so it is trusted."""
-    if not (checkout / ".git").exists():
-        print(f"# {checkout} is not a git checkout: taken to be commit {COMMIT}", file=sys.stderr)
-        return
-    head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
-    if head != COMMIT:
-        sys.exit(f"{checkout} is at {head}, not {COMMIT}")
 
 
 def authors_modeling(checkout: Path):
@@ -169,13 +150,9 @@ def no_kept_row(test, modeling) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--authors-checkout", type=Path, required=True,
-                        help=f"a checkout of github.com/koukoulala/ssa_BERT at {COMMIT}")
-    args = parser.parse_args()
-    check_commit(args.authors_checkout)
-    test = the_test()
-    modeling = authors_modeling(args.authors_checkout)
+    checkout = authors_checkout(__doc__, "koukoulala/ssa_BERT", COMMIT)
+    test = load_test("test_ssa_authors")
+    modeling = authors_modeling(checkout)
     torch.set_num_threads(1)
     authors = {case: run_case(case_args, test, modeling) for case, case_args in test.CASES.items()}
     authors["no_kept_row"] = no_kept_row(test, modeling)

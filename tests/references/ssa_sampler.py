@@ -28,13 +28,13 @@ import contextlib
 import importlib.util
 import logging
 import math
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy
 
 from ag_authors import wrapped  # this folder's writer of wrapped literals
+from checkouts import authors_checkout  # this folder's shared helpers
 
 COMMIT = "93284bb50ef4b9264ead833d6cc447b9df282a24"
 DRAWN = (1, 2, 3, 4, 5, 6, 8, 10, 20)  # every length drawn, in this order, from one seeded stream
@@ -51,17 +51,6 @@ class SpaceTokenizer:
 
     def convert_tokens_to_ids(self, tokens: list[str]) -> list[int]:
         return [0] * len(tokens)
-
-
-def check_commit(checkout: Path) -> None:
-    """A git checkout must be at COMMIT; an extracted archive has no history to ask, so it is trusted."""
-    if not (checkout / ".git").exists():
-        print(f"# {checkout} is not a git checkout: taken to be commit {COMMIT}", file=sys.stderr)
-        return
-    head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
-    if head != COMMIT:
-        sys.exit(f"{checkout} is at {head}, not {COMMIT}")
 
 
 def authors_data_util(checkout: Path):
@@ -88,12 +77,8 @@ def row(data_util, n: int, draws: int) -> tuple[float, float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--authors-checkout", type=Path, required=True,
-                        help=f"a checkout of github.com/koukoulala/ssa_BERT at {COMMIT}")
-    args = parser.parse_args()
-    check_commit(args.authors_checkout)
-    data_util = authors_data_util(args.authors_checkout)
+    checkout = authors_checkout(__doc__, "koukoulala/ssa_BERT", COMMIT)
+    data_util = authors_data_util(checkout)
     numpy.random.seed(SEED)
     table = {}
     for n in DRAWN:
