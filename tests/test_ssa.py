@@ -291,3 +291,17 @@ def test_the_token_head_starts_as_the_authors_by_default():
         assert head.dense.weight.std().item() == pytest.approx(0.02, rel=0.1)
         assert head.weight.std().item() == pytest.approx(0.02, rel=0.1)
         assert not any(torch.equal(head.weight[0], head.weight[i]) for i in range(1, head.weight.shape[0]))
+
+
+def test_every_ssa_run_masks_its_probes_with_the_authors_sampler_by_default():
+    """The sampler that `AUTHORS_SAMPLER` checks is the one a run uses unless told otherwise: every run config's
+    default and the label generator's own. A default switched to the rounded sampler fails here."""
+    import inspect
+
+    from course_lib.methods.ssa import SAMPLERS, ssa_epoch_features
+    from course_lib.training.config import FinetuneConfig, MultitaskConfig
+
+    configs = [FinetuneConfig.from_dict({"method": m}) for m in ("ssa-co", "ssa-hybrid", "bert-mask")]
+    defaults = [cfg.options.ssa_sampler for cfg in configs] + [MultitaskConfig(ssa="all").options.ssa_sampler]
+    defaults.append(inspect.signature(ssa_epoch_features).parameters["sampler"].default)
+    assert {SAMPLERS[name].masks for name in defaults} == {authors_mask_positions}
