@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import random
@@ -144,24 +145,24 @@ def progress_disabled() -> bool:
 def progress(iterable=None, **kwargs):
     """tqdm with the project's quiet rule; pass disable=False to force a bar. In a Jupyter kernel the bar is a
     widget whose saved text is its last state (`_saved_bar_class`)."""
-    kwargs.setdefault("disable", progress_disabled())
-    kwargs.setdefault("dynamic_ncols", True)
-    if "ipykernel" in sys.modules and not kwargs["disable"]:
-        return _saved_bar_class()(iterable, **kwargs)
     from tqdm.auto import tqdm
 
+    kwargs.setdefault("disable", progress_disabled())
+    kwargs.setdefault("dynamic_ncols", True)
+    if not kwargs["disable"] and any(c.__module__ == "tqdm.notebook" for c in tqdm.__mro__):  # a widget bar
+        return _saved_bar_class(tqdm)(iterable, **kwargs)
     return tqdm(iterable, **kwargs)
 
 
-def _saved_bar_class():
-    """tqdm's widget bar, shown under a display id and shown again when it closes.
+@functools.cache
+def _saved_bar_class(widget_bar):
+    """`widget_bar` (tqdm.auto's choice in a notebook) shown under a display id and shown again when it closes.
 
     A notebook file keeps a widget's text form as it was when first shown (`0%| | 0/64`), and JupyterLab shows
     that text when the notebook is reopened without the live widget. Updating the display at the end stores the
     final line instead (`100%|...| 64/64 [00:12<00:00]`); a bar with leave=False leaves an empty output.
     """
     from IPython.display import display
-    from tqdm.notebook import tqdm as widget_bar
 
     class SavedBar(widget_bar):
         def __init__(self, *args, **kwargs):
