@@ -15,7 +15,6 @@ first) and the notebooks' kernel (`course_lib.kernel`). A user's own OMP_WAIT_PO
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 WAIT_POLICY, SPIN_COUNT = "OMP_WAIT_POLICY", "GOMP_SPINCOUNT"
@@ -28,11 +27,6 @@ def use_passive_wait(environ=os.environ) -> dict:
         return {}
     environ.update(CHOSEN)
     return dict(CHOSEN)
-
-
-def torch_loaded() -> bool:
-    """Whether torch (and so libgomp) is already loaded: a setting changed now no longer takes effect."""
-    return "torch" in sys.modules
 
 
 def idle_spin_seconds(rounds: int = 40, pause: float = 0.01) -> float:

@@ -1,11 +1,11 @@
 """`python -m course_lib bench contention`: a training step quiet and beside busy programs, per thread setting.
 
-A laptop that trains is also running a browser, an editor, a video call. This bench starts 0, 1 or 2 programs
-that each keep one core busy (a Python loop), and beside them times a training step of the packaged MiniLM
-(forward, backward and AdamW, the fast kernels in, as `finetune` runs it; batch 32 x 64 tokens by default) under
-each OpenMP setting in SETTINGS. OpenMP reads its settings when torch is loaded, so every (setting, load) pair
-runs in a fresh process; the rounds rotate the settings' order, so drift hits them alike. The table gives each
-setting's median step time and its ratio to its own quiet time and to libgomp's default quiet time.
+A laptop that trains is also running a browser, an editor, a video call. This bench starts 0, 1 or 2 programs that
+each keep one core busy (a Python loop), and beside them times a training step of the packaged MiniLM (forward,
+backward and torch's fused AdamW, the fast kernels in, on a linear head over the pooled [CLS]; batch 32 x 64 tokens
+by default) under each OpenMP setting in SETTINGS. OpenMP reads its settings when torch is loaded, so every
+(setting, load) pair runs in a fresh process; the rounds rotate the settings' order, so drift hits them alike. The
+table gives each setting's median step time and its ratio to its own quiet time and to libgomp's default quiet time.
 """
 from __future__ import annotations
 
@@ -51,16 +51,14 @@ def idle_cores(window: float = 0.5) -> float:
 
 def step_times(steps: int, batch_size: int, seq_len: int) -> dict:
     """In this process: the threads it runs with and the seconds of `steps` training steps after one warm-up."""
-    if os.environ.get(FREE_CORES):
-        free = idle_cores()
-    import torch
+    import torch  # loaded already (course_lib.repro): the process's OpenMP settings were fixed at its start
 
     from course_lib.fast import optimize
     from course_lib.fast.allocator import keep_freed_memory
     from course_lib.model.weights import load_pretrained
 
     if os.environ.get(FREE_CORES):
-        torch.set_num_threads(max(1, round(free)))
+        torch.set_num_threads(max(1, round(idle_cores())))
     keep_freed_memory(batch_size, seq_len)  # as the command line does
     torch.manual_seed(0)
     model = optimize(load_pretrained(None)[0])
