@@ -178,7 +178,7 @@ def masked_after_training(tau: float, steps: int = 25) -> float:
         opt.zero_grad()
         out.loss.backward()
         opt.step()
-        fractions.append(sum(out.stats["masked_fraction"]) / 3)
+        fractions.append(float(sum(out.stats["masked_fraction"])) / 3)
     return sum(fractions[-5:]) / 5
 
 
@@ -226,7 +226,6 @@ def _step_with_gradients(model, grads: dict, clip_scope: str) -> dict:
     """One guarded step (SGD, lr 1, clip at 1.0) whose gradient is exactly `grads`; return each parameter's
     update, keyed by name."""
     from accelerate import Accelerator
-    from pathlib import Path
 
     from course_lib.methods.registry import get_method
     from course_lib.training.config import FinetuneConfig
@@ -237,8 +236,7 @@ def _step_with_gradients(model, grads: dict, clip_scope: str) -> dict:
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     loss = sum((p * grads[n]).sum() for n, p in model.named_parameters())  # d loss / d p = grads[n]
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    guarded_step(loss, loss.item(), Accelerator(cpu=True), model, optimizer, 1.0, "stop", "test", Path("none"),
-                 "", clipped)
+    guarded_step(loss, loss.detach(), Accelerator(cpu=True), model, optimizer, 1.0, clipped)
     return {n: p.detach() - before[n] for n, p in model.named_parameters()}
 
 

@@ -144,7 +144,7 @@ def test_training_loss_mixes_task_and_token_losses():
     out = model(ids, mask, labels=labels, token_labels=token_labels)
     torch.manual_seed(0)
     task_only = model(ids, mask, labels=labels)
-    expected = 0.7 * task_only.loss + 0.3 * out.stats["ssa_loss"]
+    expected = 0.7 * task_only.loss + 0.3 * out.stats["ssa_loss"][0]
     torch.testing.assert_close(out.loss, expected)
 
 

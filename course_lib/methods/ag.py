@@ -235,9 +235,10 @@ class GuidedObjective:
         ag = self.guidance.loss(output.attentions, input_ids, attention_mask)
         return alpha * ag, {"ag": ag, "alpha": alpha}
 
-    def add_to_window(self, window: dict, record: dict) -> None:
-        window["ag"] = window.get("ag", 0.0) + record["ag"].item()
-        window["alpha"] = record["alpha"]
+    def add_to_window(self, totals, state: dict, record: dict, taken) -> None:
+        """Add L_AG to the window's sum on the device (`totals`: the loop's DeviceTotals); alpha_t is a number."""
+        totals.add(state, ("window", "ag"), record["ag"], taken)
+        state["window"]["alpha"] = record["alpha"]
 
     def summary(self, window: dict) -> dict:
         return {"ag_loss": window["ag"] / window["steps"], "ag_alpha": window["alpha"]}

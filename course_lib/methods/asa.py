@@ -127,14 +127,20 @@ class Adversary(nn.Module):
         return x
 
 
-def masked_fraction(keep: torch.Tensor, attention_mask: torch.Tensor | None) -> float:
-    """Share of real (query, key) units that are cut: the paper's masking proportion."""
+def cut_share(keep: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """Share of real (query, key) units that are cut: the paper's masking proportion, as a 0-d tensor (a
+    training step logs it without waiting for the device)."""
     cut = 1.0 - keep.detach().float()
     if attention_mask is None:
-        return cut.mean().item()
+        return cut.mean()
     real = attention_mask.float()
     pairs = real[:, :, None] * real[:, None, :]
-    return ((cut * pairs).sum() / pairs.sum()).item()
+    return (cut * pairs).sum() / pairs.sum()
+
+
+def masked_fraction(keep: torch.Tensor, attention_mask: torch.Tensor | None) -> float:
+    """`cut_share` as a number."""
+    return cut_share(keep, attention_mask).item()
 
 
 def _added_cut(keep: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -155,14 +161,19 @@ def _replaced_cut(keep: torch.Tensor, attention_mask: torch.Tensor | None) -> Sc
 CUT_ROWS = {"uniform": _replaced_cut, "clean": _added_cut}
 
 
-def fully_cut_rows(keep: torch.Tensor, attention_mask: torch.Tensor | None) -> float:
-    """Share of real query rows whose real keys are all cut: the rows `asa_cut_row` decides."""
+def cut_row_share(keep: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """Share of real query rows whose real keys are all cut (the rows `asa_cut_row` decides), a 0-d tensor."""
     kept = keep.detach() if attention_mask is None else keep.detach() * attention_mask[:, None, :].to(keep.dtype)
     empty = (kept.sum(-1) == 0).float()  # (B, L)
     if attention_mask is None:
-        return empty.mean().item()
+        return empty.mean()
     real = attention_mask.to(empty.dtype)
-    return ((empty * real).sum() / real.sum()).item()
+    return (empty * real).sum() / real.sum()
+
+
+def fully_cut_rows(keep: torch.Tensor, attention_mask: torch.Tensor | None) -> float:
+    """`cut_row_share` as a number."""
+    return cut_row_share(keep, attention_mask).item()
 
 
 class AdversarialSelfAttention:
@@ -243,8 +254,8 @@ class AdversarialSelfAttention:
             penalty = self.asa_tau ** 2 * sum(k.sum() for k in keeps) / keeps[0].shape[0]
             loss = loss + (penalty - penalty.detach())  # its gradient only: the logged loss stays L_e + D
         clean.loss = loss
-        clean.stats = {"masked_fraction": [masked_fraction(k, mask) for k in keeps],
-                       "fully_cut_rows": [fully_cut_rows(k, mask) for k in keeps], "divergence": divergence.item()}
+        clean.stats = {"masked_fraction": [cut_share(k, mask) for k in keeps],  # 0-d tensors, read by the loop
+                       "fully_cut_rows": [cut_row_share(k, mask) for k in keeps], "divergence": divergence.detach()}
         return clean
 
 

@@ -136,11 +136,12 @@ class SSAClassifier(SequenceClassifier):
         result = ClassifierOutput(logits, token_logits=token_logits)
         if labels is not None:
             loss = self.loss(logits, labels)
-            if token_labels is not None and (token_labels != IGNORE).any():
+            if token_labels is not None:  # a batch without a labelled token keeps the task loss alone
+                labelled = (token_labels != IGNORE).any()  # on the device: no branch waits for it
                 ssa_loss = F.cross_entropy(token_logits.float().flatten(0, 1), token_labels.flatten(),
-                                           ignore_index=IGNORE)
-                loss = self.target_weight * loss + (1 - self.target_weight) * ssa_loss
-                result.stats = {"ssa_loss": ssa_loss.item()}
+                                           ignore_index=IGNORE)  # NaN without a labelled token, then not used
+                loss = torch.where(labelled, self.target_weight * loss + (1 - self.target_weight) * ssa_loss, loss)
+                result.stats = {"ssa_loss": (torch.where(labelled, ssa_loss.detach(), 0.0), labelled)}
             result.loss = loss
         return result
 

@@ -65,6 +65,14 @@ def sparsemax_backward(p: torch.Tensor, grad: torch.Tensor, dim: int) -> torch.T
 
 
 SPARSEMAX_TOP_K = 16  # keys per row that sparsemax's threshold is first sought among (see _sparsemax_threshold)
+READ_ON_CPU = True  # on a CPU the code may branch on a tensor's values: there is no device to wait for
+
+
+def may_branch(x: torch.Tensor) -> bool:
+    """Whether the code may branch on values of `x`: on a CPU it costs nothing; on a GPU reading a value makes
+    the host wait for every kernel queued before it, and a CUDA graph cannot hold the branch. (Tests set
+    READ_ON_CPU to False to run the accelerators' branch-free path on a CPU.)"""
+    return READ_ON_CPU and x.device.type == "cpu"
 
 
 def _sparsemax_threshold(z: torch.Tensor, k: int = SPARSEMAX_TOP_K) -> torch.Tensor:
@@ -75,9 +83,10 @@ def _sparsemax_threshold(z: torch.Tensor, k: int = SPARSEMAX_TOP_K) -> torch.Ten
     they get 0 too and the KKT conditions hold for the whole row. Rows where the k-th entry is still positive
     are redone with 4k entries, up to the full row. Exact, like the full sort, but a top-k is a partial sort:
     at L = 128, forward + backward run about 2.5 times faster than with a full sort (`bench sparsemax`).
+    The redo is a branch on the data, so on an accelerator (`may_branch`) every row is sorted whole instead.
     """
     n = z.shape[-1]
-    k = min(k, n)
+    k = min(k, n) if may_branch(z) else n
     top = z.topk(k, dim=-1).values  # (..., k), descending
     p_top = sparsemax_forward(top, -1)
     tau = top[..., :1] - p_top[..., :1]  # the largest entry is always in the support: p_1 = z_1 - tau
@@ -132,10 +141,11 @@ def _nonfinite_rows(row_max: torch.Tensor) -> tuple[torch.Tensor | None, torch.T
     A row whose maximum is -inf has every key masked: subtracting the maximum would give -inf - (-inf) = NaN, so
     it becomes uniform instead, the limit of sparsemax(c, ..., c) as c -> -inf. A NaN or +inf maximum means a
     real logit is broken: that row is NaN (not an exception from the threshold search), so the loss turns
-    non-finite and the training loop's non-finite guard can act. The checks run on one value per row.
+    non-finite and the training loop's non-finite guard can act. The checks run on one value per row; the
+    all-finite shortcut is taken where the code may branch on values (`may_branch`), the masks kept elsewhere.
     """
     finite = torch.isfinite(row_max)
-    if bool(finite.all()):
+    if may_branch(row_max) and bool(finite.all()):
         return None, None
     masked_rows = row_max == -math.inf
     return masked_rows, ~finite & ~masked_rows

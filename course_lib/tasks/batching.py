@@ -23,6 +23,20 @@ def pad_tokens(features: list[dict], pad_token_id: int = 0) -> dict[str, torch.T
     return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
 
 
+def to_device(tensors, device):
+    """A batch (a dict or a tuple of host tensors) on `device`, without making the host wait: on a GPU each
+    tensor is copied from pinned memory asynchronously, since a plain copy from pageable memory waits for the
+    stream, i.e. for every step queued before it."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        move = lambda t: t.to(device)  # noqa: E731
+    else:
+        move = lambda t: t.pin_memory().to(device, non_blocking=True)  # noqa: E731
+    if isinstance(tensors, dict):
+        return {k: move(v) for k, v in tensors.items()}
+    return tuple(move(t) for t in tensors)
+
+
 def special_token_ids(tokenizer) -> set[int]:
     """[CLS], [SEP] and [PAD]: the tokens that are not text, which no method masks, probes or labels."""
     return {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}

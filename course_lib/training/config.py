@@ -21,6 +21,7 @@ from course_lib.tasks.registry import FAMILIES, TASK_TYPES, TASKS, family_of, fa
 from course_lib.tasks.span_qa import SpanQAOptions
 
 NONFINITE_LOSS = ("stop", "skip")  # what a NaN or infinite loss does to the run
+COMPILE = ("off", "default", "graphs")  # how the model runs: eagerly, torch.compile'd, or also as CUDA graphs
 
 
 def _shared_run_checks(cfg) -> None:
@@ -29,6 +30,9 @@ def _shared_run_checks(cfg) -> None:
         raise choice_error("mixed precision", cfg.mixed_precision, MIXED_PRECISION)
     if cfg.on_nonfinite_loss not in NONFINITE_LOSS:
         raise choice_error("on_nonfinite_loss", cfg.on_nonfinite_loss, NONFINITE_LOSS)
+    if cfg.compile not in COMPILE:
+        raise choice_error("compile", cfg.compile, COMPILE)
+    positive(cfg, "log_every")
 
 
 @dataclass
@@ -62,6 +66,10 @@ class TrainingRunConfig(Validated):
     on_nonfinite_loss: str = "stop"  # stop: fail keeping the last good checkpoint; skip: drop that step
     fast_kernels: bool = True  # swap the CPU kernels in (course_lib.fast.optimize): same function, faster;
     #   dropout masks are drawn another way, so runs with and without differ by their draws
+    log_every: int = 50  # read the loss and the method's statistics from the device every N steps (the bar shows
+    #   their mean; a non-finite loss is caught there); steps in between never wait for the GPU
+    compile: str = "off"  # off | default: torch.compile the model | graphs: also CUDA graphs, batches padded to
+    #   a few fixed lengths (GPU only); see docs/speed.md for what each method needs
 
     def validate(self) -> None:
         positive(self, "epochs", "max_len", "batch_size", "eval_batch_size", "lr")
@@ -136,7 +144,7 @@ class PretrainConfig(Validated):
     batch_size: int = 32  # blocks per optimiser step
     eval_blocks: int = 64  # held-out blocks scored every eval_every steps, with fixed masks
     eval_every: int = 50  # also the checkpoint interval
-    log_every: int = 10  # train loss curve: mean over each window of this many steps
+    log_every: int = 10  # train loss curve: mean over each window of this many steps, read from the device then
     lr: float = 1e-4  # peak learning rate of AdamW
     warmup_steps: int = 0  # steps the learning rate rises linearly, then decays linearly to 0
     weight_decay: float = 0.0  # AdamW's decoupled weight decay; biases and LayerNorm are not decayed
@@ -154,6 +162,7 @@ class PretrainConfig(Validated):
     on_nonfinite_loss: str = "stop"  # stop: fail keeping the last good checkpoint; skip: drop that step
     fast_kernels: bool = True  # swap the CPU kernels in (course_lib.fast.optimize): same function, faster;
     #   dropout masks are drawn another way, so runs with and without differ by their draws
+    compile: str = "off"  # off | default: torch.compile the model | graphs: also CUDA graphs (GPU only)
     options: Validated | None = None  # the method's options (None: their defaults): the patterns, and AG's scale
     carried: dict = field(default_factory=dict, compare=False, metadata={"saved": False})  # AG's options given
     #   to an MLM run's grid base (a notebook's), carried to the grid's AG runs; never read by this run, never saved

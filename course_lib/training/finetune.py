@@ -31,7 +31,7 @@ from course_lib.tasks import batching, sentence, sources
 from course_lib.training.config import FinetuneConfig
 from course_lib.errors import UsageError
 from course_lib.model.heads import SequenceClassifier
-from course_lib.training.loop import Job, TrainingLoop, finished_run, open_run
+from course_lib.training.loop import Job, TrainingLoop, add_stats, finished_run, open_run, present_stats
 from course_lib.repro import METRICS, WEIGHTS
 from course_lib.methods.registry import EpochContext, Method, get_method
 from course_lib.tasks.registry import TaskFamily, get_family, run_task
@@ -65,10 +65,6 @@ def predictions_file(split: str, family) -> str:
     return f"{split}_predictions.{family.predictions_suffix}"
 
 
-def _to_device(batch: dict, device) -> dict:
-    return {k: v.to(device) for k, v in batch.items()}
-
-
 @torch.no_grad()
 def predict(model: SequenceClassifier, features: list[dict], batch_size: int, accelerator: Accelerator,
             pad_token_id: int, task):
@@ -86,7 +82,7 @@ def predict(model: SequenceClassifier, features: list[dict], batch_size: int, ac
     mine = batches[accelerator.process_index::accelerator.num_processes]
     out = []
     for rows in progress(mine, desc="eval", leave=False):
-        batch = _to_device(family.collate([features[i] for i in rows], pad_token_id), accelerator.device)
+        batch = batching.to_device(family.collate([features[i] for i in rows], pad_token_id), accelerator.device)
         logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
         out += list(zip(rows, logits.float().cpu()))  # one output row per feature
     if accelerator.num_processes > 1:
@@ -183,17 +179,10 @@ def batch_loss(model, features: list[dict], pad_id: int, accelerator: Accelerato
     weight = len(mine) * P / N
     if not mine:
         mine, weight = features[:1], 0.0
-    batch = _to_device(collate(mine, pad_id), accelerator.device)
+    batch = batching.to_device(collate(mine, pad_id), accelerator.device)
     extra = {"token_labels": batch["token_labels"]} if "token_labels" in batch else {}
     out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"], **extra)
     return out.loss * weight, out.stats
-
-
-def _accumulate(totals: dict, stats: dict) -> None:
-    """Add a step's method statistics (numbers or per-layer lists) to the epoch's running sums."""
-    for key, value in stats.items():
-        totals[key] = (torch.tensor(totals[key], dtype=torch.float64) + torch.tensor(value, dtype=torch.float64)
-                       ).tolist() if key in totals else value
 
 
 def task_examples(cfg: FinetuneConfig, task) -> tuple[list, dict[str, list]]:
@@ -236,13 +225,13 @@ class FinetuneJob(Job):
         accelerator = self.loop.accelerator
         loss, stats = batch_loss(self.loop.model, [self.epoch_train[i] for i in rows], self.pad_id, accelerator,
                                  self.family.collate)
-        value = accelerator.reduce(loss.detach().clone(), reduction="mean").item()  # the same on every process
+        value = accelerator.reduce(loss.detach().clone(), reduction="mean")  # the same on every process
         return loss, value, {"loss": value, "stats": stats}
 
-    def record(self, record: dict) -> None:
-        state = self.loop.state
-        state["epoch_loss"] = state.get("epoch_loss", 0.0) + record["loss"]
-        _accumulate(state.setdefault("epoch_stats", {}), record["stats"])
+    def record(self, record: dict, taken) -> None:
+        state, totals = self.loop.state, self.loop.totals
+        totals.add(state, ("epoch_loss",), record["loss"], taken)
+        add_stats(totals, state, ("epoch_stats",), ("epoch_seen",), record["stats"], taken)  # e.g. ASA's cut shares
 
     def end_segment(self, epoch: int, state: dict) -> None:
         scores = dev_entry(self.loop.model, self.task, self.dev, self.cfg.eval_batch_size, self.loop.accelerator,
@@ -250,7 +239,7 @@ class FinetuneJob(Job):
         entry = {"epoch": epoch + 1, "train_loss": state.pop("epoch_loss", 0.0) / self.steps_per_epoch,
                  **self.epoch_stats}
         entry.update({k: (torch.tensor(v, dtype=torch.float64) / self.steps_per_epoch).tolist()
-                      for k, v in state.pop("epoch_stats", {}).items()})  # e.g. ASA's masking proportion per layer
+                      for k, v in present_stats(state.pop("epoch_stats", {}), state.pop("epoch_seen", {})).items()})  # e.g. ASA's masking proportion per layer
         state["history"].append({**entry, **scores})
         self.loop.accelerator.print(f"epoch {epoch + 1}: " + ", ".join(
             f"{s} {k} {v:.4f}" if isinstance(v, float) else f"{s} {k} {v}"

@@ -15,7 +15,6 @@ checkpoint; after completion it returns the finished run's metrics at once.
 from __future__ import annotations
 
 import json
-import math
 import os
 import pickle
 import signal
@@ -52,29 +51,112 @@ def linear_warmup_decay(optimizer, warmup_steps: int, total_steps: int):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def guarded_step(loss: torch.Tensor, value: float, accelerator: Accelerator, model, optimizer,
-                 max_grad_norm: float, on_nonfinite: str, where: str, ckpt_path: Path, hint: str,
-                 clipped: list | None = None) -> bool:
-    """Backward, clip and step when the loss `value` is finite; return False for a skipped step.
+def skips_on_device(optimizer) -> bool:
+    """Whether the optimiser takes a `found_inf` flag and skips its update on the device (torch's fused Adam and
+    AdamW do: the gradient scaler's mechanism). The training loops use fused AdamW."""
+    inner = getattr(optimizer, "optimizer", optimizer)  # under accelerate's wrapper
+    return bool(getattr(inner, "defaults", {}).get("fused"))
+
+
+def guarded_step(loss: torch.Tensor, value: torch.Tensor, accelerator: Accelerator, model, optimizer,
+                 max_grad_norm: float, clipped: list | None = None) -> torch.Tensor:
+    """Backward, clip and step, with the update skipped when the loss `value` (a detached 0-d tensor) is not
+    finite; returns whether the step was taken, as a tensor on the device: nothing here waits for the GPU.
 
     The clip scales the gradients of `clipped` (None: every parameter of the model) to a global norm of at
     most max_grad_norm; the method decides which (`Job.clipped_parameters`: ASA leaves its adversaries out).
-
-    A NaN or infinite loss either skips the step (on_nonfinite="skip") or stops the run with RunFailed,
-    naming where it happened; the last good checkpoint on disk is left untouched.
+    A non-finite step still runs backward (its gradients are thrown away) and hands the optimiser a
+    `found_inf` flag, so the weights, moments and step count stay as they were, as under a gradient scaler.
+    An optimiser without that flag reads the value on the host instead (one read, before backward).
     """
-    if math.isfinite(value):
-        accelerator.backward(loss)
-        if max_grad_norm > 0:
-            accelerator.clip_grad_norm_(model.parameters() if clipped is None else clipped, max_grad_norm)
-        optimizer.step()
+    taken = torch.isfinite(value)
+    on_device = skips_on_device(optimizer)
+    if not on_device and not bool(taken):
         optimizer.zero_grad(set_to_none=True)
-        return True
-    if on_nonfinite == "skip":
-        optimizer.zero_grad(set_to_none=True)
-        return False
-    kept = f"the last good checkpoint is kept in {ckpt_path}" if ckpt_path.exists() else "no checkpoint was written yet"
-    raise RunFailed(f"loss is {value} at {where}; {kept} ({hint}, or --on-nonfinite-loss skip)")
+        return taken
+    accelerator.backward(loss)
+    if max_grad_norm > 0:
+        accelerator.clip_grad_norm_(model.parameters() if clipped is None else clipped, max_grad_norm)
+    if on_device:
+        getattr(optimizer, "optimizer", optimizer).found_inf = (~taken).to(torch.float32)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return taken
+
+
+class DeviceTotals:
+    """Running sums a training step adds to without waiting for the GPU; `read` copies them into the loop's
+    state, all in one transfer, once per logging window.
+
+    A sum is named by its path in the state (("epoch_loss",), ("epoch_stats", "masked_fraction")); it starts
+    from the state's value there, so reading and going on adds the same numbers in the same order as adding
+    on the host after every step (float64, bit for bit). A value of a step not taken adds 0.
+    """
+
+    def __init__(self, device):
+        self.device, self.sums = device, {}
+
+    def add(self, state: dict, path: tuple, value, taken: torch.Tensor) -> None:
+        """Add `value` (a tensor, or a list of 0-d tensors: one per layer) to the sum at `path`."""
+        if isinstance(value, (list, tuple)):
+            value = torch.stack(list(value))
+        self._accumulate(state, path, torch.where(taken, value.detach().to(torch.float64), 0.0))
+
+    def count(self, state: dict, path: tuple, flag: torch.Tensor) -> None:
+        """Add 1 to the count at `path` where the boolean `flag` is set."""
+        self._accumulate(state, path, flag.to(torch.float64))
+
+    def _accumulate(self, state: dict, path: tuple, value: torch.Tensor) -> None:
+        if path not in self.sums:
+            start = _at(state, path)
+            self.sums[path] = torch.tensor(0.0 if start is None else start, dtype=torch.float64, device=value.device)
+        self.sums[path] = self.sums[path] + value
+
+    def read(self, state: dict, extra: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
+        """Write every sum into `state` (a number, or a list for a per-layer sum) and forget it; return the
+        `extra` tensors' values (0-d), read in the same transfer."""
+        extra = extra or {}
+        parts = [*self.sums.values(), *extra.values()]
+        if not parts:
+            return {}
+        flat = torch.cat([t.reshape(-1).to(torch.float64) for t in parts]).tolist()  # the window's one read
+        at = 0
+        for path, total in self.sums.items():
+            n = total.numel()
+            _put(state, path, flat[at] if total.ndim == 0 else flat[at:at + n])
+            at += n
+        self.sums = {}
+        return dict(zip(extra, flat[at:]))
+
+
+def add_stats(totals: DeviceTotals, state: dict, sums: tuple, seen: tuple, stats: dict, taken) -> None:
+    """Add a step's method statistics to the sums at `sums` + (key,). A statistic given as (value, present)
+    (SSA's token loss, in a batch with a labelled token) also counts the steps it was present in at
+    `seen` + (key,), so that a segment where it never was can leave it out (`present_stats`)."""
+    for key, value in stats.items():
+        if isinstance(value, tuple):
+            value, present = value
+            totals.count(state, (*seen, key), taken & present)
+        totals.add(state, (*sums, key), value, taken)
+
+
+def present_stats(sums: dict, seen: dict) -> dict:
+    """The statistics of `add_stats` that were present in at least one step taken."""
+    return {key: value for key, value in sums.items() if seen.get(key, 1) > 0}
+
+
+def _at(state: dict, path: tuple):
+    for key in path:
+        if not isinstance(state, dict) or key not in state:
+            return None
+        state = state[key]
+    return state
+
+
+def _put(state: dict, path: tuple, value) -> None:
+    for key in path[:-1]:
+        state = state.setdefault(key, {})
+    state[path[-1]] = value
 
 
 def read_checkpoint(path: Path) -> dict:
@@ -153,9 +235,11 @@ class Job:
     """What one kind of training supplies to `TrainingLoop`; the loop calls these in this order.
 
     segments: how many segments the run has (epochs; pre-training's evaluation intervals). Per segment:
-    `plan(s)` lists its steps; per step `loss(item)` gives (loss to backpropagate, its value, the step's record),
-    `record(rec)` keeps the record of a step that was taken, `after_step(state)` runs after every step; then
-    `end_segment(s, state)` evaluates and appends to state["history"]. `summary(state, status)` is metrics.json.
+    `plan(s)` lists its steps; per step `loss(item)` gives (loss to backpropagate, its value as a detached 0-d
+    tensor, the step's record of tensors), `record(rec, taken)` adds the record to the loop's `DeviceTotals`
+    (a step not taken adds nothing), `after_step(state)` runs after every step, once the state holds what was
+    read; then `end_segment(s, state)` evaluates and appends to state["history"]. `summary(state, status)` is
+    metrics.json. Nothing a step does may read a tensor on the host: the loop reads once per logging window.
     """
 
     segments: int = 1
@@ -164,14 +248,15 @@ class Job:
     def plan(self, segment: int) -> list:
         raise NotImplementedError
 
-    def loss(self, item) -> tuple[torch.Tensor, float, dict]:
+    def loss(self, item) -> tuple[torch.Tensor, torch.Tensor, dict]:
         raise NotImplementedError
 
-    def record(self, record: dict) -> None:
-        """Keep the numbers of a step that was taken (skipped steps are only counted)."""
+    def record(self, record: dict, taken: torch.Tensor) -> None:
+        """Add the step's numbers to the loop's device totals (`self.loop.totals`), for a step taken only."""
 
     def after_step(self, state: dict) -> None:
-        """Runs after every step, taken or skipped (pre-training logs its loss curve here)."""
+        """Runs after every step, taken or skipped, once what the step added has been read if it ended a logging
+        window (pre-training logs its loss curve here)."""
 
     def end_segment(self, segment: int, state: dict) -> None:
         raise NotImplementedError
@@ -193,6 +278,7 @@ class Job:
         return f"epoch {state['epoch'] + 1}, step {state['step_in_epoch']}"
 
     def postfix(self, item, value: float) -> dict:
+        """The progress bar's numbers after a logging window: `value` is its mean loss, `item` its last step."""
         return {"loss": f"{value:.4f}"}
 
     def check_resume(self, checkpoint: dict) -> None:
@@ -228,6 +314,10 @@ class TrainingLoop:
                       "skipped_steps": 0}
         self.base = model  # the unwrapped model, once accelerate has prepared it
         self.clipped = None  # the parameters the gradient clip covers (None: all), as the job says at the start
+        self.totals = DeviceTotals(accelerator.device)  # what the steps add up on the device between reads
+        self._window: dict[int, tuple] = {}  # global step -> (segment, index, item), for the steps not yet read
+        self._first_bad = self._bad_value = None  # the window's first non-finite step and its loss (device)
+        self.job: Job | None = None
         self._previous_handlers, self._stop_signal = {}, None  # stop signals caught while `run` trains
 
     def run(self, job: Job) -> dict:
@@ -236,6 +326,7 @@ class TrainingLoop:
         if self.accelerator.is_main_process:
             lock_run_folder(self.out)  # before anything is written or removed: the folder may be another run's
             remove_stale_temporaries(self.out)
+        self.job = job
         try:
             self._resume(job)
             self._catch_stop_signals()
@@ -273,9 +364,12 @@ class TrainingLoop:
     def _ask_to_stop(self, signum, frame) -> None:
         self._stop_signal = signal.Signals(signum).name
 
-    def _stop_if_asked(self, started: float) -> None:
+    def _stop_if_asked(self, started: float, window_read: bool) -> None:
+        """Several processes agree on stopping at window reads only: asking the others is a read of its own."""
         asked = self._stop_signal is not None
         if self.accelerator.num_processes > 1:  # every process stops at the same step, or none does
+            if not window_read:
+                return
             flag = torch.tensor([float(asked)], device=self.accelerator.device)
             asked = self.accelerator.reduce(flag, reduction="sum").item() > 0
         if not asked:
@@ -298,37 +392,71 @@ class TrainingLoop:
         self.accelerator.print(f"resuming {self.out} at {job.position(self.state)}")
 
     def _train_segment(self, job: Job, segment: int) -> None:
-        """Every remaining step of one segment: the job's loss, the guarded step, the schedule, the bar, and
-        mid-segment checkpoints every `save_every` steps when the config asks for them."""
+        """Every remaining step of one segment: the job's loss, the guarded step, the schedule, the bar, a read
+        of the device totals every `log_every` steps and at the segment's end, and mid-segment checkpoints
+        every `save_every` steps when the config asks for them."""
         state, cfg = self.state, self.cfg
         items = job.plan(segment)
         self.model.train()
         save_every = getattr(cfg, "save_every", 0)
         started = time.perf_counter()
         bar = progress(total=len(items), initial=state["step_in_epoch"], desc=job.describe(segment))
-        for item in items[state["step_in_epoch"]:]:
-            loss, value, record = job.loss(item)
-            if guarded_step(loss, value, self.accelerator, self.model, self.optimizer, cfg.max_grad_norm,
-                            cfg.on_nonfinite_loss, job.where(segment, state["step_in_epoch"], item), self.ckpt_path,
-                            job.hint, self.clipped):
-                job.record(record)
-            else:
-                state["skipped_steps"] += 1
+        for index in range(state["step_in_epoch"], len(items)):
+            loss, value, record = job.loss(items[index])
+            taken = guarded_step(loss, value, self.accelerator, self.model, self.optimizer, cfg.max_grad_norm,
+                                 self.clipped)
+            job.record(record, taken)
+            self._watch(value, taken, (segment, index, items[index]))
             self.scheduler.step()
             state["step_in_epoch"] += 1
             state["global_step"] += 1
             bar.update()
-            bar.set_postfix(**job.postfix(item, value))
+            window_read = state["step_in_epoch"] == len(items) or state["global_step"] % cfg.log_every == 0
+            if window_read:
+                self.read(bar)
             job.after_step(state)
             if save_every and state["global_step"] % save_every == 0 and state["step_in_epoch"] < len(items):
                 state["train_seconds"] += time.perf_counter() - started
                 started = time.perf_counter()
                 self.save_checkpoint()
-            self._stop_if_asked(started)
+            self._stop_if_asked(started, window_read)
         bar.close()
         state["train_seconds"] += time.perf_counter() - started
 
+    def _watch(self, value: torch.Tensor, taken: torch.Tensor, position: tuple) -> None:
+        """The loop's own sums of a step: the window's loss for the bar, the skipped steps, the first bad one."""
+        state, step = self.state, self.state["global_step"] + 1
+        self.totals.add(state, ("log_window", "loss"), value, taken)
+        self.totals.count(state, ("log_window", "steps"), taken)
+        self.totals.count(state, ("skipped_steps",), ~taken)
+        if self._first_bad is None:
+            self._first_bad = torch.full((), -1.0, dtype=torch.float64, device=value.device)
+            self._bad_value = torch.zeros((), dtype=torch.float64, device=value.device)
+        first = ~taken & (self._first_bad < 0)
+        self._first_bad = torch.where(first, float(step), self._first_bad)
+        self._bad_value = torch.where(first, value.detach().to(torch.float64), self._bad_value)
+        self._window[step] = position
+
+    def read(self, bar=None) -> None:
+        """Copy the window's device totals into the state (one read). A non-finite step in it stops the run
+        here under on_nonfinite_loss=stop, naming the step; the last good checkpoint on disk is untouched."""
+        if not self._window:
+            return
+        got = self.totals.read(self.state, {"first_bad": self._first_bad, "bad_value": self._bad_value})
+        window, self._window, self._first_bad = self._window, {}, None
+        self.state["skipped_steps"] = int(self.state.get("skipped_steps", 0))
+        logged = self.state.pop("log_window", {})
+        if got["first_bad"] >= 0 and self.cfg.on_nonfinite_loss == "stop":
+            segment, index, item = window[int(got["first_bad"])]
+            kept = (f"the last good checkpoint is kept in {self.ckpt_path}" if self.ckpt_path.exists()
+                    else "no checkpoint was written yet")
+            raise RunFailed(f"loss is {got['bad_value']} at {self.job.where(segment, index, item)}; {kept} "
+                            f"({self.job.hint}, or --on-nonfinite-loss skip)")
+        if bar is not None and logged.get("steps"):
+            bar.set_postfix(**self.job.postfix(window[max(window)][2], logged["loss"] / logged["steps"]))
+
     def save_checkpoint(self) -> None:
+        self.read()  # the state a checkpoint holds is the one read from the device
         if self.accelerator.is_main_process:
             save_torch(self.ckpt_path, {"config": self.cfg.to_dict(), **self.extra_checkpoint, "state": self.state,
                                         **training_state(self.base, self.optimizer, self.scheduler)})

@@ -39,7 +39,7 @@ from course_lib.tasks.span_qa import SPAN_QA
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, TrainingRunConfig
 from course_lib.errors import UsageError
 from course_lib.model.heads import ClassifierOutput, SequenceClassifier
-from course_lib.training.loop import Job, TrainingLoop, finished_run, open_run
+from course_lib.training.loop import Job, TrainingLoop, add_stats, finished_run, open_run, present_stats
 from course_lib.repro import METRICS, WEIGHTS, atomic_write, remove_stale_temporaries, seed_everything
 from course_lib.training.finetune import batch_loss, build_classifier, dev_entry, epoch_features, task_examples
 from course_lib.model.weights import check_runnable, load_pretrained
@@ -210,14 +210,13 @@ class MultitaskJob(Job):
                                      self.pad_id, self.loop.accelerator, self.families[name].collate)
         totals = self.loop.state.setdefault("epoch_totals", {}).setdefault(name, {"steps": 0, "loss": 0.0})
         totals["steps"] += 1  # skipped steps count too: the task's share of the epoch
-        value = loss.item()
+        value = loss.detach()
         return loss, value, {"task": name, "loss": value, "stats": stats}
 
-    def record(self, record: dict) -> None:
-        totals = self.loop.state["epoch_totals"][record["task"]]
-        totals["loss"] += record["loss"]
-        for key, value in record["stats"].items():
-            totals[key] = totals.get(key, 0.0) + value
+    def record(self, record: dict, taken) -> None:
+        state, name = self.loop.state, record["task"]
+        self.loop.totals.add(state, ("epoch_totals", name, "loss"), record["loss"], taken)
+        add_stats(self.loop.totals, state, ("epoch_totals", name), ("epoch_seen", name), record["stats"], taken)
 
     def where(self, segment: int, index: int, item) -> str:
         return f"epoch {segment + 1}, step {index + 1} ({self.tasks[item[0]].name})"
@@ -229,14 +228,15 @@ class MultitaskJob(Job):
         per_task, epoch_loss = {}, 0.0
         for t in self.tasks:
             totals = state.setdefault("epoch_totals", {}).pop(t.name, {"steps": 0, "loss": 0.0})
-            n = totals.pop("steps")
+            n, seen = totals.pop("steps"), state.get("epoch_seen", {}).pop(t.name, {})
             epoch_loss += totals["loss"]
             with self.loop.accelerator.autocast():
                 metrics = dev_entry(self.loop.base.heads[t.name], t, self.dev[t.name], self.cfg.eval_batch_size,
                                     self.loop.accelerator, self.pad_id)
             per_task[t.name] = {"steps": n, "train_loss": totals.pop("loss") / n if n else None,
-                                **self.epoch_stats[t.name], **{key: v / n for key, v in totals.items()},
+                                **self.epoch_stats[t.name], **{key: v / n for key, v in present_stats(totals, seen).items()},
                                 **metrics}  # e.g. ssa_loss
+        state.pop("epoch_seen", None)
         cfg = self.cfg
         state["history"].append({"epoch": epoch + 1, "train_loss": epoch_loss / self.steps_per_epoch,
                                  "schedule_alpha": schedule_alpha(cfg.schedule, epoch, cfg.epochs,

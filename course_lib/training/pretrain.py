@@ -188,6 +188,11 @@ class MaskedLMOutput:
         return self.loss_sum / max(1, self.count)
 
 
+def predicted_positions(labels: torch.Tensor) -> torch.Tensor:
+    """The flat indices of the labelled positions of a (B, L) label batch, in order."""
+    return (labels.flatten() != IGNORE).nonzero().squeeze(1)
+
+
 class BertForMaskedLM(nn.Module):
     """Our BertModel plus BERT's MLM head: dense + GELU + LayerNorm, then a decoder tied to the word
     embeddings with its own bias (Devlin et al. 2019; Hugging Face's BertLMPredictionHead)."""
@@ -200,13 +205,19 @@ class BertForMaskedLM(nn.Module):
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         self.transform.apply(BertModel._init_weights)
 
-    def forward(self, input_ids, attention_mask, labels, output_attentions: bool = False) -> MaskedLMOutput:
+    def forward(self, input_ids, attention_mask, labels, output_attentions: bool = False,
+                predicted: torch.Tensor | None = None) -> MaskedLMOutput:
+        """`predicted`: the flat indices (into B·L) of the positions with a label, ascending; None: found from
+        `labels`, which on a GPU waits for it. A training step passes them, found on the host where its masks
+        are drawn (`predicted_positions`), so that its shapes are known without reading the device."""
         out = self.bert(input_ids, attention_mask, output_attentions=output_attentions)
-        chosen = labels != IGNORE  # the decoder runs on these positions only: (N,) of B·L
-        h = self.norm(F.gelu(self.transform(out.last_hidden_state[chosen])))  # (N, d)
+        if predicted is None:
+            predicted = predicted_positions(labels)
+        hidden = out.last_hidden_state.flatten(0, 1)[predicted]  # the decoder runs on these positions only: (N, d)
+        h = self.norm(F.gelu(self.transform(hidden)))  # (N, d)
         logits = h @ self.bert.embeddings.word.weight.T + self.bias  # (N, V)
-        loss_sum = F.cross_entropy(logits.float(), labels[chosen], reduction="sum")
-        return MaskedLMOutput(loss_sum, int(chosen.sum()), out.attentions)
+        loss_sum = F.cross_entropy(logits.float(), labels.flatten()[predicted], reduction="sum")
+        return MaskedLMOutput(loss_sum, predicted.numel(), out.attentions)
 
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
         """Tensors under Hugging Face BertForMaskedLM names (the tied decoder weight is the embedding)."""
@@ -318,21 +329,24 @@ class PretrainJob(Job):
         input_ids, attention_mask = pad_blocks([self.train_set[i] for i in self.batches[index]],
                                                self.tokenizer.pad_token_id)
         inputs, labels = mask_tokens(input_ids, generator=step_generator(cfg.seed, step), **self.masking)
-        inputs, attention_mask, labels = inputs.to(device), attention_mask.to(device), labels.to(device)
-        output = self.loop.model(inputs, attention_mask, labels, output_attentions=self.objective is not None)
+        predicted = predicted_positions(labels)  # on the host, where the masks were drawn
+        inputs, attention_mask, labels, predicted = batching.to_device((inputs, attention_mask, labels, predicted),
+                                                                       device)
+        output = self.loop.model(inputs, attention_mask, labels, output_attentions=self.objective is not None,
+                                 predicted=predicted)
         record, loss = {"mlm": output.loss}, output.loss
         if self.objective is not None:
             term, extra = self.objective.loss(step, output, inputs, attention_mask)
             record.update(extra)
             loss = output.loss + term
-        return loss, loss.item(), record
+        return loss, loss.detach(), record
 
-    def record(self, record: dict) -> None:
-        window = self.loop.state["window"]
-        window["steps"] = window.get("steps", 0) + 1
-        window["mlm"] = window.get("mlm", 0.0) + record["mlm"].item()
+    def record(self, record: dict, taken) -> None:
+        state, totals = self.loop.state, self.loop.totals
+        totals.count(state, ("window", "steps"), taken)
+        totals.add(state, ("window", "mlm"), record["mlm"], taken)
         if self.objective is not None:
-            self.objective.add_to_window(window, record)
+            self.objective.add_to_window(totals, state, record, taken)
 
     def after_step(self, state: dict) -> None:
         """The training curve: the mean loss over each window of log_every steps, and the lr at its end."""
