@@ -70,9 +70,9 @@ READ_ON_CPU = True  # on a CPU the code may branch on a tensor's values: there i
 
 def may_branch(x: torch.Tensor) -> bool:
     """Whether the code may branch on values of `x`: on a CPU it costs nothing; on a GPU reading a value makes
-    the host wait for every kernel queued before it, and a CUDA graph cannot hold the branch. (Tests set
-    READ_ON_CPU to False to run the accelerators' branch-free path on a CPU.)"""
-    return READ_ON_CPU and x.device.type == "cpu"
+    the host wait for every kernel queued before it, and neither a compiled graph nor a CUDA graph can hold the
+    branch. (Tests set READ_ON_CPU to False to run the accelerators' branch-free path on a CPU.)"""
+    return READ_ON_CPU and x.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 def _sparsemax_threshold(z: torch.Tensor, k: int = SPARSEMAX_TOP_K) -> torch.Tensor:

@@ -31,6 +31,7 @@ from course_lib.tasks import batching, sentence, sources
 from course_lib.training.config import FinetuneConfig
 from course_lib.errors import UsageError
 from course_lib.model.heads import SequenceClassifier
+from course_lib.training.compiled import check_compile, step_collate
 from course_lib.training.loop import Job, TrainingLoop, add_stats, finished_run, open_run, present_stats
 from course_lib.repro import METRICS, WEIGHTS
 from course_lib.methods.registry import EpochContext, Method, get_method
@@ -208,6 +209,7 @@ class FinetuneJob(Job):
         self.segments, self.pad_id = cfg.epochs, tokenizer.pad_token_id
         self.steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
         self.epoch_train, self.epoch_stats = train, {}
+        self.collate = step_collate(run.family.collate, cfg.compile, cfg.max_len)  # padded under `graphs`
         self.predictions: dict[str, tuple] = {}  # the last evaluation's (predictions, metrics), per dev split
 
     def plan(self, epoch: int) -> list:
@@ -224,7 +226,7 @@ class FinetuneJob(Job):
     def loss(self, rows):
         accelerator = self.loop.accelerator
         loss, stats = batch_loss(self.loop.model, [self.epoch_train[i] for i in rows], self.pad_id, accelerator,
-                                 self.family.collate)
+                                 self.collate)
         value = accelerator.reduce(loss.detach().clone(), reduction="mean")  # the same on every process
         return loss, value, {"loss": value, "stats": stats}
 
@@ -273,6 +275,7 @@ def finetune(cfg: FinetuneConfig) -> dict:
     run = resolve(cfg)
     task = run.task
     check_runnable(cfg)  # fp16 without a GPU, sequences longer than the model's positions
+    check_compile(cfg.compile)  # CUDA graphs without a GPU
     accelerator = open_run(cfg, out)
     seed_everything(cfg.seed)
     train_examples, dev_examples = task_examples(cfg, task)

@@ -29,6 +29,7 @@ from accelerate import Accelerator
 from course_lib.fast import optimize
 from course_lib.errors import Preempted, RunFailed, UsageError
 from course_lib.config import first_difference
+from course_lib.training.compiled import compile_modules
 from course_lib.training.reuse import reuse_finished_run
 from course_lib.repro import (CHECKPOINT, METRICS, check_writable_dir, lock_exclusive, progress,
                               remove_stale_temporaries, restore_training_state, save_torch, training_state,
@@ -288,6 +289,12 @@ class Job:
         """The parameters the gradient clip covers; None: all of the model's."""
         return None
 
+    graphs_fallback: str | None = None  # why this job's step cannot be a CUDA graph (data-dependent shapes)
+
+    def compiled_modules(self, model: torch.nn.Module) -> list:
+        """The modules `compile` compiles: the model, unless the job calls parts of it directly."""
+        return [model]
+
     def begin(self, loop: "TrainingLoop") -> None:
         """Called once the model is prepared, before the first step: keep `loop` (its model, base, state)."""
         self.loop = loop
@@ -303,7 +310,7 @@ class TrainingLoop:
     def __init__(self, cfg, out: Path, accelerator: Accelerator, model: torch.nn.Module, total_steps: int,
                  warmup_steps: int, extra_checkpoint: dict | None = None):
         self.cfg, self.out, self.accelerator, self.model = cfg, out, accelerator, model
-        if cfg.fast_kernels:
+        if cfg.fast_kernels and getattr(cfg, "compile", "off") == "off":  # compiled, the compiler's own kernels
             optimize(model)
         self.optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.999),
                                            eps=1e-8, fused=True)  # one kernel for all parameters: ~5x faster on CPU
@@ -333,6 +340,7 @@ class TrainingLoop:
             self.model, self.optimizer = self.accelerator.prepare(self.model, self.optimizer)
             self.base = self.accelerator.unwrap_model(self.model)
             self.clipped = job.clipped_parameters(self.base)
+            self._compile(job)
             job.begin(self)
             while self.state["epoch"] < job.segments:
                 segment = self.state["epoch"]
@@ -351,6 +359,15 @@ class TrainingLoop:
             for signum, handler in self._previous_handlers.items():
                 signal.signal(signum, handler)
             unlock_run_folder(self.out)  # released however the run ends
+
+    def _compile(self, job: Job) -> None:
+        """The `compile` option on the job's modules; a job whose step has data-dependent shapes compiles
+        `graphs` as `default`, with dynamic shapes, and says so."""
+        how = getattr(self.cfg, "compile", "off")
+        if how == "graphs" and job.graphs_fallback is not None:
+            self.accelerator.print(f"compile graphs: {job.graphs_fallback}; this run compiles as default")
+            how = "default"
+        compile_modules(job.compiled_modules(self.base), how, dynamic=job.graphs_fallback is not None or None)
 
     def _catch_stop_signals(self) -> None:
         """A scheduler's stop request (SIGTERM; SIGUSR1, Slurm's usual --signal) ends the run at the next step

@@ -39,6 +39,7 @@ from course_lib.tasks.span_qa import SPAN_QA
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, TrainingRunConfig
 from course_lib.errors import UsageError
 from course_lib.model.heads import ClassifierOutput, SequenceClassifier
+from course_lib.training.compiled import check_compile, step_collate
 from course_lib.training.loop import Job, TrainingLoop, add_stats, finished_run, open_run, present_stats
 from course_lib.repro import METRICS, WEIGHTS, atomic_write, remove_stale_temporaries, seed_everything
 from course_lib.training.finetune import batch_loss, build_classifier, dev_entry, epoch_features, task_examples
@@ -207,7 +208,8 @@ class MultitaskJob(Job):
         name = task.name
         with self.loop.accelerator.autocast():
             loss, stats = batch_loss(self.loop.base.heads[name], [self.epoch_train[name][i] for i in rows],
-                                     self.pad_id, self.loop.accelerator, self.families[name].collate)
+                                     self.pad_id, self.loop.accelerator,
+                                     step_collate(self.families[name].collate, self.cfg.compile, self.views[name].max_len))
         totals = self.loop.state.setdefault("epoch_totals", {}).setdefault(name, {"steps": 0, "loss": 0.0})
         totals["steps"] += 1  # skipped steps count too: the task's share of the epoch
         value = loss.detach()
@@ -220,6 +222,9 @@ class MultitaskJob(Job):
 
     def where(self, segment: int, index: int, item) -> str:
         return f"epoch {segment + 1}, step {index + 1} ({self.tasks[item[0]].name})"
+
+    def compiled_modules(self, model) -> list:
+        return list(model.heads.values())  # a step calls its task's head, which holds the shared encoder
 
     def postfix(self, item, value: float) -> dict:
         return {"task": self.tasks[item[0]].name, "loss": f"{value:.4f}"}
@@ -280,6 +285,7 @@ def train_multitask(cfg: MultitaskConfig) -> dict:
     if done is not None:
         return done  # the same command after completion costs nothing
     check_runnable(cfg)  # fp16 without a GPU, sequences longer than the model's positions
+    check_compile(cfg.compile)  # CUDA graphs without a GPU
     tasks = bound_tasks(cfg)
     accelerator = open_run(cfg, out, "multitask")
     seed_everything(cfg.seed)

@@ -40,6 +40,7 @@ from course_lib.model.bert import BertModel
 from course_lib.model.config import BertConfig, check_mixed_precision
 from course_lib.training.config import PretrainConfig
 from course_lib.errors import UsageError
+from course_lib.training.compiled import check_compile
 from course_lib.training.loop import Job, TrainingLoop, finished_run, open_run
 from course_lib.repro import WEIGHTS, atomic_write, seed_everything, write_json
 from course_lib.model.weights import default_model_dir, ours_to_hf
@@ -290,6 +291,7 @@ class PretrainJob(Job):
     fresh masks; the loss curve is logged every `log_every` steps and the held-out blocks scored at each end."""
 
     hint = "try a lower --lr or --ag-scale"
+    graphs_fallback = "the number of predicted tokens changes from step to step"
 
     def __init__(self, cfg: PretrainConfig, train_set: list, eval_set: list, tokenizer, guidance: AttentionGuidance,
                  corpus: dict, out: Path):
@@ -406,6 +408,7 @@ def pretrain(cfg: PretrainConfig) -> dict:
     if done is not None:
         return done  # the same command after completion costs nothing
     check_mixed_precision(cfg.mixed_precision)  # fp16 without a GPU
+    check_compile(cfg.compile)  # CUDA graphs without a GPU
     accelerator = open_run(cfg, out, "pretrain")
     tokenizer = BertTokenizerFast.from_pretrained(str(default_model_dir()))
     lines, corpus = load_corpus(cfg)
