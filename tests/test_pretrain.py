@@ -126,7 +126,7 @@ def test_nonfinite_loss_stops_keeping_the_checkpoint_or_is_skipped(corpus_file, 
     assert skipped["status"] == "complete" and skipped["skipped_steps"] > 0
 
 
-def test_export_is_a_hugging_face_masked_lm(tmp_path, tokenizer):
+def test_export_is_a_hugging_face_masked_lm(tmp_path, tokenizer, minilm_dir):
     """The saved folder loads in transformers' BertForMaskedLM with the same predictions as ours."""
     import transformers
 
@@ -135,7 +135,7 @@ def test_export_is_a_hugging_face_masked_lm(tmp_path, tokenizer):
                                       intermediate_size=64, max_position_embeddings=32)).eval()
     with torch.no_grad():
         ours.bias.normal_()  # not all zeros, so the bias mapping is checked too
-    export_model(ours, tmp_path)
+    export_model(ours, tmp_path, minilm_dir)
     theirs = transformers.BertForMaskedLM.from_pretrained(str(tmp_path)).eval()
     batch = tokenizer(["the cat sees the ball .", "one two"], padding=True, return_tensors="pt")
     labels = torch.where(batch["attention_mask"].bool(), batch["input_ids"], -100)  # predict every real token
@@ -211,3 +211,24 @@ def test_an_ag_pretrained_encoder_fine_tunes_on_span_qa(runs, tmp_path):
     result = finetune(cfg)
     assert result["status"] == "complete" and set(result["dev"]) == {"exact_match", "f1"}
     assert all(math.isfinite(entry["train_loss"]) for entry in result["history"])
+
+
+def test_the_vocabulary_comes_from_any_bert_folder_without_the_default_model_package(corpus_file, tmp_path,
+                                                                                     minilm_dir, monkeypatch):
+    """A GPU image without the MiniLM package (or a user with another vocabulary) pre-trains with --tokenizer: a
+    folder holding only a tokenizer's files; the exported model carries that vocabulary. Without it, the missing
+    package is one line naming the option, before any file is written."""
+    from course_lib.model import weights
+
+    vocab = tmp_path / "vocab_only"
+    vocab.mkdir()
+    words = (minilm_dir / "vocab.txt").read_text().splitlines()
+    (vocab / "vocab.txt").write_text("\n".join(words[:3000]) + "\n")  # a smaller vocabulary
+    monkeypatch.setattr(weights, "DEFAULT_MODEL_PACKAGE", "no_such_model_package")
+    with pytest.raises(UsageError, match="pass a BERT folder or hub id"):
+        pretrain(tiny(corpus_file, tmp_path / "default", "mlm", max_steps=2, eval_every=2))
+    assert not (tmp_path / "default").exists()
+    result = pretrain(tiny(corpus_file, tmp_path / "run", "mlm", max_steps=4, eval_every=2, tokenizer=str(vocab)))
+    assert result["status"] == "complete"
+    assert (tmp_path / "run" / "vocab.txt").read_text() == (vocab / "vocab.txt").read_text()
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["vocab_size"] == 3000

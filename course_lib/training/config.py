@@ -136,6 +136,8 @@ class PretrainConfig(Validated):
     """
 
     method: str = "mlm"  # the pre-training method, a name in methods.pretraining: mlm | ag
+    tokenizer: str | None = None  # the vocabulary: a BERT folder (or one with only its tokenizer files) or hub id;
+    #   None: the packaged MiniLM's. The new model's size is set below; only the tokenizer is taken from here
     corpus: str | None = None  # a text file, one sentence or paragraph a line; None: see glue_dir
     glue_dir: str | None = None  # without corpus: GLUE sentences from here, $GLUE_DIR or data/glue, else generated
     output_dir: str = "runs/pretrain"  # checkpoints, the trained model folder and metrics.json; reruns resume

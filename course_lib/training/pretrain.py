@@ -43,7 +43,7 @@ from course_lib.errors import UsageError
 from course_lib.training.compiled import check_compile
 from course_lib.training.loop import Job, TrainingLoop, finished_run, open_run
 from course_lib.repro import WEIGHTS, atomic_write, seed_everything, write_json
-from course_lib.model.weights import default_model_dir, ours_to_hf
+from course_lib.model.weights import load_tokenizer, ours_to_hf, resolve_model_dir
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 IGNORE = -100  # label of the positions that are not predicted
@@ -232,13 +232,22 @@ class BertForMaskedLM(nn.Module):
         return {k: v.detach().cpu().contiguous().clone() for k, v in state.items()}  # no shared storage
 
 
-def export_model(model: BertForMaskedLM, out: Path) -> None:
-    """Write a Hugging Face BertForMaskedLM folder with the packaged tokenizer, readable by load_pretrained."""
+def tokenizer_dir(name_or_path: str | None) -> Path:
+    """The folder of the run's vocabulary: a local folder with a BERT tokenizer (a model folder, or only the
+    tokenizer's files), the packaged MiniLM's for None, else a hub id's download."""
+    path = Path(name_or_path).expanduser() if name_or_path is not None else None
+    if path is not None and path.is_dir():
+        return path
+    return resolve_model_dir(name_or_path)
+
+
+def export_model(model: BertForMaskedLM, out: Path, source: Path) -> None:
+    """Write a Hugging Face BertForMaskedLM folder with the run's tokenizer files (copied from the folder
+    `source`), readable by load_pretrained."""
     cfg = model.bert.config
     write_json(out / "config.json", {**cfg.to_dict(), "model_type": "bert", "architectures": ["BertForMaskedLM"],
                                      "tie_word_embeddings": True})
     atomic_write(out / WEIGHTS, lambda f: f.write(safetensors_save(model.hf_state_dict())))
-    source = default_model_dir()
     for name in TOKENIZER_FILES:
         if (source / name).is_file():
             data = (source / name).read_bytes()
@@ -396,21 +405,19 @@ class PretrainJob(Job):
                            "eval_seconds": round(state["eval_seconds"], 1)}}
 
     def save_final(self) -> None:
-        export_model(self.loop.base, self.out)
+        export_model(self.loop.base, self.out, tokenizer_dir(self.cfg.tokenizer))
 
 
 def pretrain(cfg: PretrainConfig) -> dict:
     """Pre-train, score the held-out blocks every eval_every steps, checkpoint, resume; return metrics.json."""
-    from transformers import BertTokenizerFast
-
     out = Path(cfg.output_dir)
     done = finished_run(out, cfg)
     if done is not None:
         return done  # the same command after completion costs nothing
     check_mixed_precision(cfg.mixed_precision)  # fp16 without a GPU
     check_compile(cfg.compile)  # CUDA graphs without a GPU
+    tokenizer = load_tokenizer(tokenizer_dir(cfg.tokenizer))  # a missing vocabulary stops here, before any file
     accelerator = open_run(cfg, out, "pretrain")
-    tokenizer = BertTokenizerFast.from_pretrained(str(default_model_dir()))
     lines, corpus = load_corpus(cfg)
     blocks = pack_blocks(lines, tokenizer, cfg.max_len)
     if len(blocks) <= cfg.eval_blocks:
