@@ -30,6 +30,10 @@ def test_gpu_check_runs_end_to_end_on_cpu(tmp_path):
     assert set(results["notebooks"]["runs"]) == set(notebook_names())
     assert all(run["passed"] for run in results["notebooks"]["runs"].values()), results["notebooks"]
     assert "skipped" in results["multi_gpu"]
+    loop = results["loop"]
+    assert loop["data"] == "shipped SST-2" and [case["compile"] for case in loop["cases"]] == ["off"]
+    assert all(case["loop_ms"] > 0 and case["step_alone_ms"] > 0 for case in loop["cases"])
+    assert results["methods"]["runs"]["pretrain mlm"]["finite"]  # its vocabulary from the random model's folder
     report = (tmp_path / "report.md").read_text()
     for section, what in gpu_check.SECTIONS.items():
         assert f"## {section}:" in report and what in report  # says what it measures, even where it skipped

@@ -11,7 +11,9 @@ writes one report (markdown plus the same numbers as JSON):
    loss finite;
 4. notebooks: every notebook's `paper` preset, shrunk to a few steps, its code cells executed in-process
    (papermill and a Jupyter kernel are often missing on GPU images);
-5. two processes through `accelerate launch` when the machine has two GPUs.
+5. two processes through `accelerate launch` when the machine has two GPUs;
+6. loop: `finetune` end to end at the papers' shape against its step alone, per `compile` setting, with
+   Hugging Face's model as the anchor and the card's own matrix-product rate as the yardstick (`gpu_loop`).
 
 No hub is reachable there either, so the model is a random-init BERT of `bert-base-uncased`'s shape, made on
 the spot, and the GLUE folders hold generated sentences: the point is speed, numerics and that every path
@@ -34,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from course_lib.bench.gpu_loop import loop_section, sst2_folder
 from course_lib.errors import Parser, UsageError, choice_error, report_errors
 from course_lib.repro import atomic_write
 
@@ -53,6 +56,8 @@ SECTIONS = {  # what each section measures, as the report says it
     "notebooks": "every notebook's paper preset (model, methods, recipe) with data, steps and seeds cut down, "
                  "code cells executed in-process",
     "multi_gpu": "accelerate launch --num_processes 2: a short fine-tune completes",
+    "loop": "finetune end to end at 32 x 128 (its second epoch, a few hundred steps) against the step alone, for "
+            "each compile setting; Hugging Face eager and compiled; shares of the card's measured bf16 matmul rate",
 }
 
 
@@ -257,6 +262,17 @@ def _finite_pretrain(result: dict) -> bool:
     return bool(losses) and all(torch.isfinite(torch.tensor(float(v))) for v in losses)
 
 
+def one_run(run, describe) -> dict:
+    """A row of the methods section: what `describe` says of the run's result and its seconds, or its error
+    (one method failing leaves the others' rows)."""
+    started = time.perf_counter()
+    try:
+        row = describe(run())
+    except Exception as err:  # noqa: BLE001 - the report names it; the section fails
+        row = {"finite": False, "error": f"{type(err).__name__}: {str(err)[:300]}"}
+    return {**row, "seconds": round(time.perf_counter() - started, 1)}
+
+
 def methods(model_dir: Path, glue_dir: Path, work: Path, shape: str, device) -> dict:
     """Each fine-tuning method (2 epochs, so SSA's per-epoch relabelling runs) and MLM/AG pre-training."""
     from course_lib.training.config import FinetuneConfig, PretrainConfig
@@ -266,28 +282,25 @@ def methods(model_dir: Path, glue_dir: Path, work: Path, shape: str, device) -> 
 
     precision = "bf16" if device.type == "cuda" else "no"
     batch = 32 if shape == "base" else 8
-    rows = {}
+    rows, glue_dir = {}, sst2_folder(glue_dir)[0]
     for method in METHODS:
         cfg = FinetuneConfig(task="sst2", model=str(model_dir), glue_dir=str(glue_dir), method=method,
                              output_dir=str(work / "methods" / method), max_train_samples=3 * batch,
                              max_eval_samples=32, epochs=2, max_len=128, batch_size=batch,
                              mixed_precision=precision, lr=2e-5)
-        started = time.perf_counter()
-        result = finetune(cfg)
-        rows[method] = {"finite": _finite_history(result["history"], "train_loss"),
-                        "train_loss": [round(h["train_loss"], 4) for h in result["history"]],
-                        "seconds": round(time.perf_counter() - started, 1)}
+        rows[method] = one_run(lambda: finetune(cfg), lambda result: {
+            "finite": _finite_history(result["history"], "train_loss"),
+            "train_loss": [round(h["train_loss"], 4) for h in result["history"]]})
     size = SHAPES[shape]
     for method in ("mlm", "ag"):
         cfg = PretrainConfig(method=method, glue_dir=str(glue_dir), output_dir=str(work / "pretrain" / method),
+                             tokenizer=str(model_dir),  # the image may lack the default model's package
                              max_steps=4, eval_every=2, eval_blocks=8, max_len=128, batch_size=batch,
                              num_layers=size["num_hidden_layers"], hidden_size=size["hidden_size"],
                              num_heads=max(size["num_attention_heads"], 8) if shape == "tiny" else 12,
                              intermediate_size=size["intermediate_size"], mixed_precision=precision)
-        started = time.perf_counter()
-        result = pretrain(cfg)
-        rows[f"pretrain {method}"] = {"finite": _finite_pretrain(result),
-                                      "seconds": round(time.perf_counter() - started, 1)}
+        rows[f"pretrain {method}"] = one_run(lambda: pretrain(cfg), lambda result: {
+            "finite": _finite_pretrain(result)})
     return {"precision": precision, "runs": rows, "passed": all(r["finite"] for r in rows.values())}
 
 
@@ -312,6 +325,8 @@ def shrink_paper_preset(name: str, model_dir: Path, work: Path, shape: str) -> d
         params["epochs"] = min(params["epochs"], 2)  # 2: SSA's labels are first probed at epoch 2
     if "seeds" in params:
         params["seeds"] = params["seeds"][:1]
+    if params.get("compile") == "graphs" and not torch.cuda.is_available():
+        params["compile"] = "off"  # CUDA graphs need the GPU this check is meant for; anywhere else, eager
     if "tasks" in params:  # the first task, and STS-B for the regression path when the preset has it
         params["tasks"] = list(dict.fromkeys(params["tasks"][:1] + [t for t in params["tasks"] if t == "stsb"]))
     if "task_overrides" in params:
@@ -454,7 +469,8 @@ def run_checks(args: argparse.Namespace, argv: list[str] | None) -> int:
                                               else ((8, 64),), repeats=10 if args.device == "cuda" else 3),
              "methods": lambda: methods(model_dir, glue_dir, work, args.size, device),
              "notebooks": lambda: notebooks(model_dir, work, args.size),
-             "multi_gpu": lambda: multi_gpu(model_dir, glue_dir, work)}
+             "multi_gpu": lambda: multi_gpu(model_dir, glue_dir, work),
+             "loop": lambda: loop_section(model_dir, glue_dir, work, device, args.size)}
     results = {"command": "python -m course_lib.bench.gpu_check " + " ".join(sys.argv[1:] if argv is None else argv),
                "shape": {"size": args.size, **SHAPES[args.size]}, "environment": environment(device)}
     for section in args.sections:
