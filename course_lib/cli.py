@@ -108,7 +108,9 @@ BENCHES = {
                   **_MODEL, **_JSON, **_THREADS, "--batch-size": dict(type=int, default=32),
                   "--seq-lens": dict(type=int, nargs="+", default=None, help="sequence lengths (default: 64 128)"),
                   "--repeats": dict(type=int, default=10, help="timed repeats"),
-                  "--qa-batch-size": dict(type=int, default=8, help="questions per batch of the span-QA case")}),
+                  "--qa-batch-size": dict(type=int, default=8, help="questions per batch of the span-QA case"),
+                  "--compile": dict(action="store_true", help="also time the plain encoder under torch.compile "
+                                                              "(the compile=default run option) against it eager")}),
     "methods": ("each method's training step vs vanilla (AG vs MLM), and SSA's label generation",
                 "course_lib.bench.suite", {
                     **_MODEL, **_JSON, **_THREADS, "--batch-size": dict(type=int, default=32),

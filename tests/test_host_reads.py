@@ -140,6 +140,18 @@ def test_multitask_with_ssa_reads_once_per_window(counter, tiny_model_dir, tmp_p
     check(counter, train_multitask(cfg), 48)
 
 
+def test_cs224n_mode_reads_once_per_window(counter, tiny_model_dir, tmp_path):
+    from cs224n_fixture import learnable_course_folder
+
+    from course_lib.training.cs224n_project import run_cs224n
+
+    data = learnable_course_folder(tmp_path / "data", n_train=48, n_dev=16)
+    cfg = MultitaskConfig(cs224n=True, data_dir=str(data), model=str(tiny_model_dir), max_len=32,
+                          output_dir=str(tmp_path / "run"), **SMALL)
+    result = run_cs224n(cfg)
+    check(counter, result, result["train_steps"])
+
+
 @pytest.mark.parametrize("method", ["mlm", "ag"])
 def test_pre_training_reads_once_per_window(method, counter, tmp_path):
     cfg = PretrainConfig.from_dict({"method": method, "output_dir": str(tmp_path), "max_steps": 20, "num_layers": 2,

@@ -53,7 +53,9 @@ def encoder_flops(cfg, batch: int, seq: int, training: bool) -> float:
     return forward * (3 if training else 1)
 
 
-def _contestants(model_name):
+def _contestants(model_name, compiled: bool = False):
+    """The encoders timed; `compiled` adds the plain reading path under torch.compile (the `compile default` run
+    option, which leaves the fast kernels out), to set against the same path eager (`plain_cls`)."""
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
@@ -62,19 +64,26 @@ def _contestants(model_name):
     folder = str(resolve_model_dir(model_name))
     hf = {impl: transformers.BertModel.from_pretrained(folder, attn_implementation=impl)
           for impl in ("sdpa", "eager")}
-    return {"ours": lambda ids, mask: ours(ids, mask).pooler_output,
+    runs = {"ours": lambda ids, mask: ours(ids, mask).pooler_output,
             "ours_cls": lambda ids, mask: ours(ids, mask, cls_only=True).pooler_output,
             "plain_cls": lambda ids, mask: plain(ids, mask, cls_only=True).pooler_output,
             "hf_sdpa": lambda ids, mask: hf["sdpa"](input_ids=ids, attention_mask=mask).pooler_output,
-            "hf_eager": lambda ids, mask: hf["eager"](input_ids=ids, attention_mask=mask).pooler_output}, \
-        [ours, plain, *hf.values()], ours.config
+            "hf_eager": lambda ids, mask: hf["eager"](input_ids=ids, attention_mask=mask).pooler_output}
+    modules = [ours, plain, *hf.values()]
+    if compiled:
+        fused, _ = load_pretrained(model_name)
+        fused.compile()
+        runs["compiled_cls"] = lambda ids, mask: fused(ids, mask, cls_only=True).pooler_output
+        modules.append(fused)
+    return runs, modules, ours.config
 
 
-def speed(model_name=None, batch_size: int = 32, seq_lens=(64, 128), repeats: int = 10, warmup: int = 2) -> dict:
+def speed(model_name=None, batch_size: int = 32, seq_lens=(64, 128), repeats: int = 10, warmup: int = 2,
+          compiled: bool = False) -> dict:
     """Training step (forward + backward, dropout on) and inference (eval, no grad) for each contestant."""
     keep_freed_memory(batch_size, max(seq_lens))  # as the command line would for this batch; every contestant alike
     torch.manual_seed(0)
-    runs, modules, cfg = _contestants(model_name)
+    runs, modules, cfg = _contestants(model_name, compiled)
     peak = matmul_gflops()
     results = {"peak_matmul_gflops": 0.0, "batch_size": batch_size, "threads": torch.get_num_threads(),
                "cases": []}
@@ -117,6 +126,8 @@ def speed(model_name=None, batch_size: int = 32, seq_lens=(64, 128), repeats: in
                 "speedup_vs": {n: round(med[n] / med["ours"], 3) for n in names if n != "ours"},
                 "cls_speedup_vs": {n: round(med[n] / med["ours_cls"], 3) for n in names if n.startswith("hf")},
                 "plain_cls_speedup_vs": {n: round(med[n] / med["plain_cls"], 3) for n in names if n.startswith("hf")},
+                **({"compiled_vs_plain_cls": ratio_summary(times["plain_cls"], times["compiled_cls"])}
+                   if "compiled_cls" in med else {}),
                 "ours_gflops": round(flops / med["ours"] / 1e9, 1),
                 "ours_fraction_of_peak": round(flops / med["ours"] / 1e9 / peak, 3),
             })
@@ -142,6 +153,10 @@ def format_speed(results: dict) -> str:
                      f"{c['ours_gflops']} | {c['ours_fraction_of_peak']:.0%} |")
     lines.append(f"largest |pooler_output - ours| over the contestants: "
                  f"{max(c['max_abs_diff_vs_ours'] for c in results['cases']):.1e}")
+    lines += [f"torch.compile (default mode) of the plain [CLS] path vs eager, L={c['seq_len']} {c['mode']}: "
+              f"{c['compiled_vs_plain_cls']['median']}x (IQR {c['compiled_vs_plain_cls']['iqr'][0]}-"
+              f"{c['compiled_vs_plain_cls']['iqr'][1]}; above 1 the compiled one is faster)"
+              for c in results["cases"] if "compiled_vs_plain_cls" in c]
     return "\n".join(lines)
 
 
@@ -578,7 +593,8 @@ def main(args) -> None:
         results = sparsemax_speed((args.batch_size, 12, seq, seq), args.repeats)
         print(json.dumps(results, indent=2) if args.json else format_sparsemax(results))
     else:
-        results = speed(args.model, args.batch_size, tuple(args.seq_lens or (64, 128)), args.repeats)
+        results = speed(args.model, args.batch_size, tuple(args.seq_lens or (64, 128)), args.repeats,
+                        compiled=args.compile)
         print(json.dumps(results, indent=2) if args.json else format_speed(results))
         span = span_speed(args.model, args.qa_batch_size, repeats=max(2, args.repeats // 2))
         print(json.dumps(span, indent=2) if args.json else format_head_speed(span))

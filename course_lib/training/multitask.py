@@ -226,9 +226,6 @@ class MultitaskJob(Job):
     def compiled_modules(self, model) -> list:
         return list(model.heads.values())  # a step calls its task's head, which holds the shared encoder
 
-    def postfix(self, item, value: float) -> dict:
-        return {"task": self.tasks[item[0]].name, "loss": f"{value:.4f}"}
-
     def end_segment(self, epoch: int, state: dict) -> None:
         per_task, epoch_loss = {}, 0.0
         for t in self.tasks:
