@@ -49,8 +49,11 @@ def step_flops(config, batch: int, seq: int) -> float:
     return batch * seq * (6 * layers * per_layer + 12 * layers * d * seq)
 
 
-def timed_steps(step, device, steps: int, warmup: int = 3) -> float:
-    """Mean seconds of a step over `steps` run back to back (the host queues ahead, as in a run)."""
+def timed_steps(step, device, steps: int, warmup: int | None = None) -> float:
+    """Mean seconds of a step over `steps` run back to back (the host queues ahead, as in a run), after
+    `warmup` untimed ones (default `steps`: one pass over the batches, so every shape is compiled, and under
+    `graphs` recorded, before the clock starts)."""
+    warmup = steps if warmup is None else warmup
     for _ in range(warmup):
         step()
     synchronize(device)
