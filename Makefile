@@ -26,7 +26,7 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 demo: $(STAMP)
-	TQDM_DISABLE=1 $(PY) -m course_lib.sweep ci/grids/notebooks_smoke.yaml
+	TQDM_DISABLE=1 $(PY) -m course_lib sweep ci/grids/notebooks_smoke.yaml
 	@cat runs/sweep/notebooks_smoke/results.md
 	@echo "executed notebooks: runs/sweep/notebooks_smoke/*/*.ipynb"
 

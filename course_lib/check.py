@@ -1,9 +1,7 @@
-"""`python -m course_lib.check q1a` (or `all`): a question's public checks, on a CPU in seconds.
-
-The command-line name; the code is `course_lib.teaching.check`."""
+"""`python -m course_lib.check`: the old name of `python -m course_lib check`, kept for one release."""
 import sys
 
-from course_lib.teaching.check import main
+from course_lib.cli import alias
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(alias("check"))

@@ -1,7 +1,10 @@
-"""`python -m course_lib COMMAND ...`: the command line, built from the config dataclasses.
+"""`python -m course_lib COMMAND ...`: the one command line.
 
-Every option is a field of a config dataclass, so CLI, notebooks and YAML share one set of names and
-checks. Mistakes end with one line on stderr naming the bad value and the valid ones, and exit code 2.
+The training commands (finetune, pretrain, multitask) are built from the config dataclasses: every option is a
+field, so CLI, notebooks and YAML share one set of names and checks. `bench WHAT` runs a measurement; the
+other commands (`COMMANDS`: notebooks, sweep, collect, check, assignment, gpu-check) get their arguments
+handed to their own parsers. Mistakes end with one line on stderr naming the bad value and the valid ones,
+and exit code 2.
 """
 from __future__ import annotations
 
@@ -17,12 +20,40 @@ from course_lib.training.config import FinetuneConfig, MultitaskConfig, Pretrain
 from course_lib.errors import Parser, UsageError, report_errors
 from course_lib.fast.allocator import keep_freed_memory, memory_mode
 
-ENTRY_POINTS = (  # the other command lines, named in the top-level --help
-    ("course_lib.notebooks", "run a notebook with a preset and --set overrides (papermill), or list them"),
-    ("course_lib.sweep", "run a YAML grid of fine-tuning runs or notebooks, one process each, resumable"),
-    ("course_lib.collect", "one table of dev-set results (mean ± sd over seeds) from the finished runs in a folder"),
-    ("course_lib.check", "a question's public checks (assignment mode), on a CPU in seconds"),
-)
+COMMANDS = {  # the commands with a parser of their own: `python -m course_lib NAME ARGS` runs NAME's main(ARGS)
+    "notebooks": ("course_lib.experiments.notebooks",
+                  "run a notebook with a preset and --set overrides (papermill), or list them"),
+    "sweep": ("course_lib.experiments.sweep", "run a YAML grid of fine-tuning runs or notebooks, one process each, "
+                                              "resumable"),
+    "collect": ("course_lib.experiments.collect", "one table of dev-set results (mean ± sd over seeds) from the "
+                                                  "finished runs in a folder"),
+    "check": ("course_lib.teaching.check", "a question's public checks (assignment mode), on a CPU in seconds"),
+    "assignment": ("course_lib.teaching.assignment", "staff: build the student release, grade a copy, list the "
+                                                     "questions"),
+    "gpu-check": ("course_lib.bench.gpu_check", "the checks a CPU cannot run (bf16 parity, speed, every method "
+                                                "and paper preset, the loop), one report"),
+}
+
+
+def run_command(name: str, argv: list[str]) -> int:
+    """One of COMMANDS with its own arguments; a command whose module this copy lacks (the assignment builder
+    is not in the student release) is one line."""
+    module_name = COMMANDS[name][0]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name != module_name:
+            raise
+        print(f"error: the command {name!r} is not part of this copy ({module_name} is missing)", file=sys.stderr)
+        return 2
+    return module.main(argv) or 0
+
+
+def alias(name: str) -> int:
+    """An old command-line name (`python -m course_lib sweep`), kept for one release: it says the new form on
+    stderr, then runs it."""
+    print(f"note: `python -m course_lib.{name}` is now `python -m course_lib {name}`", file=sys.stderr)
+    return run_command(name, sys.argv[1:])
 
 
 def _option_help(doc: str, choices: tuple[str, ...]) -> str:
@@ -72,15 +103,8 @@ def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
                        field_choices(options), given_only=bool(readers))
 
 
-def _epilog() -> str:
-    """The other command lines, one line each: `python -m course_lib --help` is where people look first."""
-    width = max(len(module) for module, _ in ENTRY_POINTS) + len("python -m ")
-    lines = [f"  {'python -m ' + module:<{width}}  {what}" for module, what in ENTRY_POINTS]
-    return "other entry points (each takes --help):\n" + "\n".join(lines)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="python -m course_lib", description=__doc__.splitlines()[0], epilog=_epilog(),
+    parser = Parser(prog="python -m course_lib", description=__doc__.splitlines()[0],
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name, config_cls, what in (
@@ -92,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         _add_config_options(command, config_cls)
     _add_bench_parser(commands)
+    for name, (_, what) in COMMANDS.items():  # listed here; `main` hands their arguments to their own parsers
+        commands.add_parser(name, help=what, add_help=False)
     parser.subcommands = commands.choices  # each command's parser, for the error that lists its options
     return parser
 
@@ -233,7 +259,7 @@ def run(argv: list[str]) -> int:
     args = vars(namespace)
     command = args.pop("command")
     if command is None:
-        raise UsageError(f"missing command (valid: {', '.join(sorted([*CONFIGS, 'bench']))})")
+        raise UsageError(f"missing command (valid: {', '.join(sorted([*CONFIGS, 'bench', *COMMANDS]))})")
     if extra:
         where = f"bench {namespace.what}" if command == "bench" else command
         raise UsageError(f"unknown option {extra[0]!r} for {where} (valid: {', '.join(_options_of(parser, argv))})")
@@ -258,5 +284,7 @@ def _options_of(parser, argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return report_errors(lambda: run(sys.argv[1:] if argv is None else argv),
-                         "the last checkpoint is kept; run the same command to resume")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in COMMANDS:
+        return run_command(argv[0], argv[1:])
+    return report_errors(lambda: run(argv), "the last checkpoint is kept; run the same command to resume")

@@ -1,9 +1,7 @@
-"""`python -m course_lib.collect RUNS_DIR`: one table of dev-set results from the finished runs in a folder.
-
-The command-line name; the code is `course_lib.experiments.collect`."""
+"""`python -m course_lib.collect`: the old name of `python -m course_lib collect`, kept for one release."""
 import sys
 
-from course_lib.experiments.collect import main
+from course_lib.cli import alias
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(alias("collect"))

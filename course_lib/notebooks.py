@@ -1,9 +1,7 @@
-"""The notebooks' plumbing: checked parameters, presets, results, and running a notebook with papermill.
-
-The command-line name; the code is `course_lib.experiments.notebooks`."""
+"""`python -m course_lib.notebooks`: the old name of `python -m course_lib notebooks`, kept for one release."""
 import sys
 
-from course_lib.experiments.notebooks import main
+from course_lib.cli import alias
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(alias("notebooks"))

@@ -1,9 +1,7 @@
-"""`python -m course_lib.sweep GRID.yaml`: run a grid of fine-tuning runs or notebooks, one child process each.
-
-The command-line name; the code is `course_lib.experiments.sweep`."""
+"""`python -m course_lib.sweep`: the old name of `python -m course_lib sweep`, kept for one release."""
 import sys
 
-from course_lib.experiments.sweep import main
+from course_lib.cli import alias
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(alias("sweep"))

@@ -69,7 +69,7 @@ def test_references_are_up_to_date(tmp_path):
 
     fresh = load_file(str(assignment.make_references(tmp_path / "references.safetensors")))
     committed = load_file(str(check.REFERENCES))
-    assert sorted(fresh) == sorted(committed), "run: python -m course_lib.teaching.assignment make-references"
+    assert sorted(fresh) == sorted(committed), "run: python -m course_lib assignment make-references"
     atol = {(c.question, c.name): c.atol for c in check.CHECKS}
     for key, value in fresh.items():
         question, name, part, _ = key.split("/")
@@ -94,12 +94,12 @@ def test_student_copy_imports_and_every_public_check_raises_not_implemented(stud
                      "print(course_lib.__file__)")
     assert imports.returncode == 0, imports.stderr
     assert Path(imports.stdout.strip()).resolve() == (student / "course_lib" / "__init__.py").resolve()
-    public = run_in(student, "-m", "course_lib.check", "all")
+    public = run_in(student, "-m", "course_lib", "check", "all")
     lines = [line for line in public.stdout.splitlines() if line.startswith("  ")]
     assert public.returncode == 1 and lines and all("FAIL" in line and "NotImplementedError: q" in line
                                                     for line in lines), public.stdout + public.stderr
     assert public.stdout.splitlines()[-1] == f"0/{len(lines)} checks pass"
-    unknown = run_in(student, "-m", "course_lib.check", "q9z")
+    unknown = run_in(student, "-m", "course_lib", "check", "q9z")
     assert unknown.returncode == 2 and unknown.stderr.strip().count("\n") == 0
     assert "unknown question 'q9z' (valid: all, q1a, q1b" in unknown.stderr
 

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +22,8 @@ from course_lib.tasks.registry import TASKS
 from course_lib.model.weights import check_fits_model
 
 CONFIGS = {"finetune": FinetuneConfig, "pretrain": PretrainConfig, "multitask": MultitaskConfig}
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def one_line(capsys) -> str:
@@ -166,10 +169,29 @@ def test_help_lists_the_valid_names(capsys, monkeypatch):
     assert "(valid: no, fp16, bf16)" in entries["--mixed-precision"]
 
 
-def test_top_level_help_names_the_other_entry_points(capsys, monkeypatch):
+def test_top_level_help_lists_every_command(capsys, monkeypatch):
     text = help_text(["--help"], capsys, monkeypatch)
-    for module in ("notebooks", "sweep", "collect", "check"):
-        assert f"python -m course_lib.{module} " in text
+    for command in ("finetune", "pretrain", "multitask", "bench", *cli.COMMANDS):
+        assert re.search(rf"^\s+{command}\s+\S", text, re.M), command
+
+
+@pytest.mark.parametrize("command", sorted(cli.COMMANDS))
+def test_every_command_runs_from_the_one_entry_point_with_its_own_help(command, capsys, monkeypatch):
+    text = help_text([command, "--help"], capsys, monkeypatch)
+    assert text.startswith(f"usage: python -m course_lib {command} ")
+
+
+def test_a_commands_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    assert cli.main(["sweep", str(tmp_path / "no-grid.yaml")]) == 2
+    err = one_line(capsys)
+    assert "no-grid.yaml" in err
+
+
+def test_an_old_command_name_says_the_new_one_and_runs_it():
+    done = subprocess.run([sys.executable, "-m", "course_lib.collect", "--help"], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.startswith("usage: python -m course_lib collect ")
+    assert done.stderr == "note: `python -m course_lib.collect` is now `python -m course_lib collect`\n"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -147,7 +147,7 @@ def test_sweep_of_notebooks_resumes_after_a_kill_without_redoing_finished_runs(t
                                                                       "nap": 4.0},
                                     "grid": {"x": [1, 2, 3]}, "gpu_hours": {TINY: 0.5}}))
     out = tmp_path / "sweep"
-    cmd = [sys.executable, "-m", "course_lib.sweep", str(grid), "--output-dir", str(out)]
+    cmd = [sys.executable, "-m", "course_lib", "sweep", str(grid), "--output-dir", str(out)]
     dry = subprocess.run(cmd + ["--dry-run"], capture_output=True, text=True, cwd=ROOT)
     assert dry.returncode == 0 and "3 runs: 0 complete, 0 failed, 3 todo" in dry.stdout
     assert "estimated GPU hours (the grid file's estimate, one GPU): 1.5" in dry.stdout

@@ -2,7 +2,7 @@
 
 - STRUCTURE.md's file table: every path it lists exists, and every module of `course_lib/` is listed
   (a folder's `__init__.py` as the folder; the package's own `__init__.py` excepted). In the student copy, which
-  `python -m course_lib.teaching.assignment build` makes without the staff-only files, the rows marked "staff only"
+  `python -m course_lib assignment build` makes without the staff-only files, the rows marked "staff only"
   may name files that are absent.
 - README.md stays a newcomer's guide (measurements live in results/): at most 160 lines.
 - Every relative markdown link in README.md, STRUCTURE.md and results/*.md points at a file that exists.

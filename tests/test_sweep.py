@@ -64,7 +64,7 @@ def test_sigkill_failure_and_reruns_never_redo_a_finished_run(tmp_path, tiny_bas
     first, second, bad = out / "lr=0.001", out / "lr=0.002", out / "lr=1e+30"
 
     # 1. SIGKILL the sweep while its second run is in flight.
-    proc = subprocess.Popen([sys.executable, "-m", "course_lib.sweep", *args], cwd=ROOT, env={**os.environ, **ENV},
+    proc = subprocess.Popen([sys.executable, "-m", "course_lib", "sweep", *args], cwd=ROOT, env={**os.environ, **ENV},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline, record = time.time() + 120, {}
     while time.time() < deadline and proc.poll() is None and record.get("status") != "running":
@@ -272,7 +272,7 @@ def test_a_changed_grid_refuses_old_run_folders_and_the_exit_code_is_2(tmp_path,
     out = tmp_path / "runs"
     write_metrics(out / "seed=0", "sst2", {"dev": {"accuracy": 0.5}}, seed=0, epochs=1)
     grid = write_grid(tmp_path / "grid.yaml", {"seed": [0]}, epochs=2)
-    result = subprocess.run([sys.executable, "-m", "course_lib.sweep", str(grid), "--output-dir", str(out)],
+    result = subprocess.run([sys.executable, "-m", "course_lib", "sweep", str(grid), "--output-dir", str(out)],
                             cwd=ROOT, env={**os.environ, **ENV}, capture_output=True, text=True)
     assert result.returncode == 2
     assert "seed=0 holds a run with epochs=1, but the grid gives epochs=2" in result.stderr

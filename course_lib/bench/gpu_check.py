@@ -1,4 +1,4 @@
-"""`bash ci/gpu_check.sh` (`python -m course_lib.bench.gpu_check`): what to measure the first time a GPU is at hand.
+"""`bash ci/gpu_check.sh` (`python -m course_lib gpu-check`): what to measure the first time a GPU is at hand.
 
 The course machines have no GPU, so everything GPU-specific is checked here, in one run of a few minutes that
 writes one report (markdown plus the same numbers as JSON):
@@ -448,7 +448,7 @@ def format_report(results: dict) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = Parser(prog="python -m course_lib.bench.gpu_check", description=__doc__.split("\n")[0])
+    parser = Parser(prog="python -m course_lib gpu-check", description=__doc__.split("\n")[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--size", choices=sorted(SHAPES), default=None,
                         help="model shape: base (bert-base-uncased's, the default on CUDA) or tiny (CPU default)")
@@ -472,7 +472,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_checks(args: argparse.Namespace, argv: list[str] | None) -> int:
     """Every chosen section in turn; a section that raises is reported as an error and the rest still run."""
-    os.environ.setdefault("TQDM_DISABLE", "1")
+    for name, value in (("TQDM_DISABLE", "1"), ("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"),
+                        ("MPLBACKEND", "Agg")):  # a batch job on a machine without the hub or a screen
+        os.environ.setdefault(name, value)
     device, work = torch.device(args.device), Path(args.work_dir).resolve()
     model_dir = make_random_model(work / f"bert-{args.size}-random", args.size)
     glue_dir = write_generated_glue(work / "glue", train_rows=1000, shipped=True)  # real where data/ has it
@@ -484,7 +486,7 @@ def run_checks(args: argparse.Namespace, argv: list[str] | None) -> int:
              "notebooks": lambda: notebooks(model_dir, work, args.size),
              "multi_gpu": lambda: multi_gpu(model_dir, glue_dir, work),
              "loop": lambda: loop_section(model_dir, glue_dir, work, device, args.size)}
-    results = {"command": "python -m course_lib.bench.gpu_check " + " ".join(sys.argv[1:] if argv is None else argv),
+    results = {"command": "python -m course_lib gpu-check " + " ".join(sys.argv[1:] if argv is None else argv),
                "shape": {"size": args.size, **SHAPES[args.size]}, "environment": environment(device)}
     for section in args.sections:
         started = time.perf_counter()

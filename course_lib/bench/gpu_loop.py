@@ -193,7 +193,6 @@ def loop_section(model_dir: Path, generated_glue: Path, work: Path, device, shap
     steps, loop_steps = (50, 300) if on_gpu else (3, 4)
     config = read_model_config(model_dir)
     rate = matmul_rate(device, 8192 if on_gpu else 512)
-    flops = step_flops(config, *PAPER_SHAPE)
     glue_dir, data = sst2_folder(generated_glue)
     cases = []
     for mode in modes:

@@ -89,8 +89,6 @@ def _models(case: str, who: str, model_name):
 
 def run_one(case: str, who: str, steps: int, eval_batches: int, model_name=None) -> dict:
     """One training run in this process: `steps` steps, then `eval_batches` without gradients; its peak."""
-    from pathlib import Path
-
     from accelerate import Accelerator
 
     from course_lib.model.weights import load_tokenizer, resolve_model_dir
@@ -111,8 +109,7 @@ def run_one(case: str, who: str, steps: int, eval_batches: int, model_name=None)
     for batch in batches[:steps]:
         started = time.perf_counter()
         loss = loss_of(batch)
-        guarded_step(loss, loss.item(), accelerator, model, optimizer, 1.0, "stop", "bench memory",
-                     Path("none"), "")
+        guarded_step(loss, loss.detach(), accelerator, model, optimizer, 1.0)
         seconds.append(time.perf_counter() - started)
     model.eval()
     with torch.no_grad():

@@ -229,8 +229,7 @@ def _finetune_step(model, optimizer, features: list[dict], pad_id: int, accelera
     from course_lib.training.finetune import batch_loss
 
     loss, _ = batch_loss(model, features, pad_id, accelerator)
-    guarded_step(loss, loss.item(), accelerator, model, optimizer, max_grad_norm, "stop", "bench methods",
-                 Path("bench"), "bench methods")
+    guarded_step(loss, loss.detach(), accelerator, model, optimizer, max_grad_norm)
 
 
 def _batch_loss_only(model, features: list[dict], pad_id: int, accelerator) -> torch.Tensor:
@@ -254,8 +253,7 @@ def _pretrain_step(model, optimizer, batch: tuple, guidance, ag_alpha: float, ac
     if guidance is not None:
         loss = loss + ag_alpha * guidance.loss(output.attentions, inputs, attention_mask)
     if optimizer is not None:
-        guarded_step(loss, loss.item(), accelerator, model, optimizer, max_grad_norm, "stop", "bench methods",
-                     Path("bench"), "bench methods")
+        guarded_step(loss, loss.detach(), accelerator, model, optimizer, max_grad_norm)
     return loss
 
 

@@ -1,4 +1,4 @@
-"""`python -m course_lib.collect RUNS_DIR`: one table of results from the finished runs in a folder, every kind.
+"""`python -m course_lib collect RUNS_DIR`: one table of results from the finished runs in a folder, every kind.
 
 Reads every `metrics.json` under RUNS_DIR whose status is "complete" (a partial or failed run never enters):
 fine-tuning runs of every task family, multitask runs (a row per head and one for the overall score) and MLM
@@ -375,7 +375,7 @@ def write_results(runs_dir: str | Path, out: str | Path | None = None) -> tuple[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python -m course_lib.collect", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m course_lib collect", description=__doc__.splitlines()[0])
     parser.add_argument("runs_dir", metavar="RUNS_DIR", help="folder searched for metrics.json files")
     parser.add_argument("--out", default=None,
                         help="path of the tables without suffix: writes OUT.csv and OUT.md (default RUNS_DIR/results)")

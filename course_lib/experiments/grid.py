@@ -1,6 +1,6 @@
 """Grids of runs inside the notebook's own process: tasks x methods x seeds, and labelled variants beside them.
 
-`python -m course_lib.sweep` runs a grid file with one child process per run; a notebook wants its runs in its
+`python -m course_lib sweep` runs a grid file with one child process per run; a notebook wants its runs in its
 own kernel, to look inside the trained models afterwards. `run_grid` is that form of a grid:
 
     base = FinetuneConfig.from_params(p)                         # the recipe every run shares

@@ -6,15 +6,15 @@ the schema: every preset and every override must use its keys with the same type
 whatever it is given without a check, so the notebook's config cell calls `Notebook.parameters`, which
 rejects an unknown or ill-typed parameter with one line naming it and the valid ones.
 
-    python -m course_lib.notebooks run 03_cui2019_sparse_attention --preset cpu [--set epochs=3] [--output-dir D]
-    python -m course_lib.notebooks list
+    python -m course_lib notebooks run 03_cui2019_sparse_attention --preset cpu [--set epochs=3] [--output-dir D]
+    python -m course_lib notebooks list
 
 `run` executes the notebook with papermill into `runs/notebooks/<notebook>/<preset>/` (never over the
 source), with an explicit kernel and, for each cell, a timeout; the notebook writes its `metrics.json` there.
 Given another output folder, the notebook's training runs read back the identical runs that an execution in the
 preset's own folder (JupyterLab, nbval) finished, instead of training them again (`course_lib.training.reuse`):
 `make demo` after `make test` trains nothing twice.
-The batch runner (`python -m course_lib.sweep`, `command: notebook`) crosses notebooks, presets and
+The batch runner (`python -m course_lib sweep`, `command: notebook`) crosses notebooks, presets and
 parameter values and runs each through this command.
 """
 from __future__ import annotations
@@ -175,7 +175,7 @@ class NotebookRun:
         return NotebookRun(self.notebook).to_dict()
 
     def command_line(self) -> list[str]:
-        args = [sys.executable, "-m", "course_lib.notebooks", "run", self.notebook, f"--preset={self.preset}",
+        args = [sys.executable, "-m", "course_lib", "notebooks", "run", self.notebook, f"--preset={self.preset}",
                 f"--kernel={self.kernel}", f"--output-dir={self.output_dir}"]
         return args + [f"--set={key}={json.dumps(value)}" for key, value in self.parameters.items()]
 
@@ -248,7 +248,7 @@ def run_notebook(notebook: str, preset: str = "smoke", overrides: dict | None = 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="python -m course_lib.notebooks", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m course_lib notebooks", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     commands.add_parser("list", help="the notebooks and their presets")
     run = commands.add_parser("run", help="execute one notebook with papermill")

@@ -1,4 +1,4 @@
-"""`python -m course_lib.sweep GRID.yaml`: run a grid of fine-tuning runs or notebooks, one child process each.
+"""`python -m course_lib sweep GRID.yaml`: run a grid of fine-tuning runs or notebooks, one child process each.
 
 The grid file (YAML) names the command, the settings every run shares, and the lists to cross:
 
@@ -8,7 +8,7 @@ The grid file (YAML) names the command, the settings every run shares, and the l
 
 With `command: notebook` the keys are `notebook`, `preset`, `kernel` and the notebook's parameters
 (`grid: {notebook: [01_kou2020_ssa, 03_cui2019_sparse_attention], preset: [cpu], seed: [0, 1, 2]}`), and
-each run executes `python -m course_lib.notebooks run` (papermill) into its folder. `task_overrides: {rte: {lr:
+each run executes `python -m course_lib notebooks run` (papermill) into its folder. `task_overrides: {rte: {lr:
 3.0e-5}}` (finetune) and `notebook_overrides: {06_results: {runs_dir: ...}}` (notebook) set fields for one task
 or notebook only. `exclude: [{task: dream, method: ssaf}]` leaves the runs matching a partial combination out
 of the product (a method that does not apply to a task).
@@ -536,7 +536,7 @@ def sweep(grid_file: str | Path, output_dir: str | Path | None = None, shard: tu
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="python -m course_lib.sweep", description=__doc__.splitlines()[0],
+    parser = Parser(prog="python -m course_lib sweep", description=__doc__.splitlines()[0],
                      formatter_class=argparse.RawDescriptionHelpFormatter,
                      epilog="\n".join(__doc__.splitlines()[2:]))
     parser.add_argument("grid", metavar="GRID.yaml", help="the grid file: command, base, grid")

@@ -1,9 +1,9 @@
 """Assignment mode (staff only): the student release generated from the reference code, and its autograder.
 
-    python -m course_lib.teaching.assignment build OUT_DIR                 the student copy, with assignment/manifest.json
-    python -m course_lib.teaching.assignment grade STUDENT_DIR --report report.json [--jobs 2] [--timeout 300]
-    python -m course_lib.teaching.assignment make-references               rewrite assignment_refs/references.safetensors
-    python -m course_lib.teaching.assignment manifest                      print the questions, points and checks
+    python -m course_lib assignment build OUT_DIR                 the student copy, with assignment/manifest.json
+    python -m course_lib assignment grade STUDENT_DIR --report report.json [--jobs 2] [--timeout 300]
+    python -m course_lib assignment make-references               rewrite assignment_refs/references.safetensors
+    python -m course_lib assignment manifest                      print the questions, points and checks
 
 Conventions. In the reference, each solution sits between a `### BEGIN SOLUTION` line and an
 `### END SOLUTION` line (indented like the code) inside a function whose docstring starts with the question
@@ -139,7 +139,7 @@ def manifest() -> dict:
         questions.append({"id": qid, "title": title, "points": sum(c["points"] for c in checks),
                           "functions": list(dict.fromkeys(functions)), "checks": checks})
     return {"assignment": "attention-lab", "total_points": sum(q["points"] for q in questions),
-            "check_command": "python -m course_lib.check QUESTION_ID (or all)", "questions": questions}
+            "check_command": "python -m course_lib check QUESTION_ID (or all)", "questions": questions}
 
 
 def build(out_dir: str | os.PathLike) -> dict:
@@ -256,7 +256,7 @@ def grade(student_dir: str | os.PathLike, report_path: str | os.PathLike, jobs: 
 def main(argv: list[str] | None = None) -> int:
     from course_lib.errors import Parser, report_errors
 
-    parser = Parser(prog="python -m course_lib.teaching.assignment", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m course_lib assignment", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser, required=True)
     commands.add_parser("build", help="write the student copy").add_argument("out_dir", metavar="OUT_DIR")
     commands.add_parser("make-references", help="regenerate the public checks' reference outputs")

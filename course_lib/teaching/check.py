@@ -1,10 +1,10 @@
-"""`python -m course_lib.check q1a` (or `all`): a question's public checks, on a CPU in seconds.
+"""`python -m course_lib check q1a` (or `all`): a question's public checks, on a CPU in seconds.
 
 A check runs the code of one question on small fixed inputs and compares what it returns with the reference
 solution's outputs (`assignment_refs/references.safetensors`, inputs included) within a tolerance fixed per
 check; on failure it names the largest absolute error and its index. Checks are registered with `@check` in
 `public_checks.py`; the staff's hidden checks (tests/hidden/, not in the student copy) use the same helpers,
-and the autograder (`python -m course_lib.teaching.assignment grade`) runs both, one question per process.
+and the autograder (`python -m course_lib assignment grade`) runs both, one question per process.
 """
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     from course_lib.errors import Parser, report_errors
     from course_lib.errors import UsageError, choice_error
 
-    parser = Parser(prog="python -m course_lib.check", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m course_lib check", description=__doc__.splitlines()[0])
     parser.add_argument("question", help="a question id such as q1a, or all")
     parser.add_argument("--hidden", action="store_true", help="staff: also run tests/hidden/ (reference only)")
 

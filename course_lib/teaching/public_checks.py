@@ -1,7 +1,7 @@
-"""The assignment's questions and their public checks: `python -m course_lib.check q1a` runs them.
+"""The assignment's questions and their public checks: `python -m course_lib check q1a` runs them.
 
 A check with `inputs` draws them once from a seeded generator;
-`python -m course_lib.teaching.assignment make-references` stores them with the reference solution's outputs, so
+`python -m course_lib assignment make-references` stores them with the reference solution's outputs, so
 every machine checks the same numbers. Inputs are float64, so any correct order of operations lands far inside
 the tolerance. The code under test is imported inside each check: a question you have not written yet cannot
 break the checks of another (the q4 checks run the pair heads on `StandInEncoder`, not on q1's BERT).

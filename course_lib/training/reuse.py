@@ -4,7 +4,7 @@
 with the same smoke parameters but another output folder: without this, every fine-tuning and pre-training run
 of the smoke presets would be trained twice, minutes apart, to the same numbers (CPU runs are deterministic).
 
-`course_lib.notebooks run` names, in FINISHED_RUNS_ENV, the folder where the same notebook and preset write by
+`python -m course_lib notebooks run` names, in FINISHED_RUNS_ENV, the folder where the same notebook and preset write by
 default (where JupyterLab and nbval put their runs). A run whose own folder holds no metrics.json then looks
 there for a completed run whose saved configuration equals its own in every field but output_dir (the test
 `finished_run` applies to its own folder) and copies it: the weights as hard links where the filesystem allows,
