@@ -217,7 +217,7 @@ def test_nbval_fails_when_a_checked_output_or_a_check_changes(tiny_notebooks, tm
     assert nb.cells  # the executed copy is a real notebook
 
 
-@pytest.mark.parametrize("grid, runs", [("notebooks_smoke", 7), ("notebooks_cpu", 6), ("notebooks_paper", 6)])
+@pytest.mark.parametrize("grid, runs", [("notebooks_smoke", 7), ("notebooks_cpu", 7), ("notebooks_paper", 7)])
 def test_notebook_grids_expand_and_dry_run(grid, runs, tmp_path, capsys):
     """The paper grid cannot run here (no GPU), but every run must validate and the dry run must add up hours."""
     from course_lib.experiments import sweep

@@ -55,6 +55,14 @@ def notebook_path(notebook: str) -> Path:
     return NOTEBOOK_DIR / f"{name}.ipynb"
 
 
+def every_notebook(preset: str) -> list[str]:
+    """What `notebook: all` in a notebook grid means: every notebook with this preset, in name order, those that
+    tabulate the others' runs (a `runs_dir` parameter, as 06_results has) last, so that they find them done.
+    A new notebook with its `params/<notebook>/` folder joins every such grid with no grid file edited."""
+    names = [n for n in notebook_names() if preset in presets_of(n)]
+    return sorted(names, key=lambda n: ("runs_dir" in load_preset(n, "smoke"), n))
+
+
 def presets_of(notebook: str) -> list[str]:
     folder = NOTEBOOK_DIR / "params" / notebook_path(notebook).stem
     return [p for p in PRESETS if (folder / f"{p}.yaml").is_file()]

@@ -8,9 +8,10 @@ The grid file (YAML) names the command, the settings every run shares, and the l
 
 With `command: notebook` the keys are `notebook`, `preset`, `kernel` and the notebook's parameters
 (`grid: {notebook: [01_kou2020_ssa, 03_cui2019_sparse_attention], preset: [cpu], seed: [0, 1, 2]}`), and
-each run executes `python -m course_lib notebooks run` (papermill) into its folder. `task_overrides: {rte: {lr:
-3.0e-5}}` (finetune) and `notebook_overrides: {06_results: {runs_dir: ...}}` (notebook) set fields for one task
-or notebook only. `exclude: [{task: dream, method: ssaf}]` leaves the runs matching a partial combination out
+each run executes `python -m course_lib notebooks run` (papermill) into its folder; `notebook: all` is every
+notebook with the base's preset, the one that tabulates the others last (`notebooks.every_notebook`).
+`task_overrides: {rte: {lr: 3.0e-5}}` (finetune) and `notebook_overrides: {06_results: {runs_dir: ...}}`
+(notebook) set fields for one task or notebook only. `exclude: [{task: dream, method: ssaf}]` leaves the runs matching a partial combination out
 of the product (a method that does not apply to a task).
 
 Every run is validated (`FinetuneConfig.from_dict`, `NotebookRun.from_dict`) before anything starts. A run
@@ -54,7 +55,7 @@ import yaml
 from course_lib.experiments.collect import write_results
 from course_lib.training.config import FinetuneConfig
 from course_lib.errors import Parser, UsageError, report_errors, yaml_float_hint
-from course_lib.experiments.notebooks import NotebookRun
+from course_lib.experiments.notebooks import NotebookRun, every_notebook
 from course_lib.repro import (METRICS, atomic_write, check_writable_dir, lock_exclusive, progress,
                               read_json, remove_stale_temporaries, write_json)
 from course_lib.config import Validated, first_difference
@@ -175,6 +176,8 @@ def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
     for key in grid:
         if key in base:
             raise UsageError(f"{path}: {key!r} is in both base and grid; keep it in one")
+    if kind is NotebookRun and grid.get("notebook") == "all":  # every notebook with the base's preset
+        grid = {**grid, "notebook": every_notebook(base.get("preset", "smoke"))}
     if kind is FinetuneConfig:
         _config(path, "base", base, others="carry")  # every method's options checked now, whichever runs them
     overrides = _task_overrides(path, raw, kind, grid)
