@@ -138,9 +138,8 @@ def run_name(values: dict) -> str:
     return name
 
 
-def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
-    """The grid file's runs, validated, in its order (first list outermost: a baseline listed first runs first)."""
-    path = Path(path)
+def read_grid_file(path: Path) -> dict:
+    """The grid file as a mapping of the grid keys; unreadable, not YAML, or an unknown key: one line."""
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as err:
@@ -155,6 +154,13 @@ def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
     unknown = sorted(set(raw) - set(GRID_KEYS), key=str)
     if unknown:
         raise UsageError(f"{path}: unknown key {unknown[0]!r} (valid: {', '.join(GRID_KEYS)})")
+    return raw
+
+
+def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
+    """The grid file's runs, validated, in its order (first list outermost: a baseline listed first runs first)."""
+    path = Path(path)
+    raw = read_grid_file(path)
     if raw.get("command") not in COMMANDS:
         raise UsageError(f"{path}: unknown command {raw.get('command')!r} (valid: {', '.join(COMMANDS)})")
     kind = COMMANDS[raw["command"]]
