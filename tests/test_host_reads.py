@@ -3,8 +3,8 @@ non-finite guard once per logging window, not once per step.
 
 On a GPU a host read (`.item()`, `float(t)`, `if t:`, `.tolist()`, `.cpu()`, `.numpy()`) stops the CPU until
 every kernel queued so far has run, so it cannot queue the next step ahead. A CPU has no such wait, so the test
-counts the calls themselves, with the models' accelerator path on (`sparsemax.READ_ON_CPU = False`: no branch on
-values), during steps 2..N of short runs (the first may set things up; evaluation and SSA's probing between
+counts the calls themselves, with the models' accelerator path on (`host_reads.READ_ON_CPU = False`: no branch
+on values), during steps 2..N of short runs (the first may set things up; evaluation and SSA's probing between
 epochs are not steps), and fails when there are more than the logging windows' reads.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 import pytest
 import torch
 
-from course_lib.model import sparsemax
+from course_lib.model import host_reads
 from course_lib.training import loop as loop_module
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
 from course_lib.training.finetune import finetune
@@ -79,7 +79,7 @@ def install(monkeypatch, counter: ReadCounter) -> None:
     monkeypatch.setattr(loop_module, "guarded_step", step)
     monkeypatch.setattr(loop_module.TrainingLoop, "read", read)
     monkeypatch.setattr(loop_module.TrainingLoop, "_train_segment", segment)
-    monkeypatch.setattr(sparsemax, "READ_ON_CPU", False)
+    monkeypatch.setattr(host_reads, "READ_ON_CPU", False)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from course_lib.model.bert import BertModel
+from course_lib.model.host_reads import may_branch
 from course_lib.model.heads import ClassifierOutput, SequenceClassifier
 
 
@@ -35,11 +36,12 @@ def encode_separately(examples: list, tokenizer, max_len: int) -> list[dict]:
 def split_packed_pair(input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
                       pad_token_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(ids, mask), each (2B, L'): rows 0..B-1 the first sentences, rows B..2B-1 the second ones, from a batch of
-    `encode_separately` features (B, L). L' is the longest side; each row is left-aligned and padded."""
+    `encode_separately` features (B, L). L' is the longest side (L itself where the code may not read values,
+    `may_branch`: the extra columns are padding); each row is left-aligned and padded."""
     real = attention_mask.bool()
     len_a = (real & (token_type_ids == 0)).sum(1)  # (B,)
     len_b = (real & (token_type_ids == 1)).sum(1)
-    width = int(torch.maximum(len_a, len_b).max())
+    width = int(torch.maximum(len_a, len_b).max()) if may_branch(len_a) else input_ids.shape[1]
     pos = torch.arange(width, device=input_ids.device).unsqueeze(0)  # (1, L')
     last = input_ids.shape[1] - 1
     sides = []

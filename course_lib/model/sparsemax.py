@@ -12,6 +12,7 @@ import math
 import torch
 
 from course_lib.errors import UsageError
+from course_lib.model.host_reads import may_branch
 
 
 def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
@@ -65,14 +66,6 @@ def sparsemax_backward(p: torch.Tensor, grad: torch.Tensor, dim: int) -> torch.T
 
 
 SPARSEMAX_TOP_K = 16  # keys per row that sparsemax's threshold is first sought among (see _sparsemax_threshold)
-READ_ON_CPU = True  # on a CPU the code may branch on a tensor's values: there is no device to wait for
-
-
-def may_branch(x: torch.Tensor) -> bool:
-    """Whether the code may branch on values of `x`: on a CPU it costs nothing; on a GPU reading a value makes
-    the host wait for every kernel queued before it, and neither a compiled graph nor a CUDA graph can hold the
-    branch. (Tests set READ_ON_CPU to False to run the accelerators' branch-free path on a CPU.)"""
-    return READ_ON_CPU and x.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 def _sparsemax_threshold(z: torch.Tensor, k: int = SPARSEMAX_TOP_K) -> torch.Tensor:
