@@ -14,6 +14,7 @@ checkpoint; after completion it returns the finished run's metrics at once.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pickle
@@ -109,8 +110,7 @@ class DeviceTotals:
 
     def _accumulate(self, state: dict, path: tuple, value: torch.Tensor) -> None:
         if path not in self.sums:
-            start = _at(state, path)
-            self.sums[path] = torch.tensor(0.0 if start is None else start, dtype=torch.float64, device=value.device)
+            self.sums[path] = _on_device(_at(state, path), value.device)
         self.sums[path] = self.sums[path] + value
 
     def read(self, state: dict, extra: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
@@ -144,6 +144,15 @@ def add_stats(totals: DeviceTotals, state: dict, sums: tuple, seen: tuple, stats
 def present_stats(sums: dict, seen: dict) -> dict:
     """The statistics of `add_stats` that were present in at least one step taken."""
     return {key: value for key, value in sums.items() if seen.get(key, 1) > 0}
+
+
+def _on_device(start, device) -> torch.Tensor:
+    """A value already read (None, a number or a per-layer list) as a float64 tensor on `device`, made there by
+    `torch.full` (a copy from host memory would wait for the device)."""
+    full = functools.partial(torch.full, (), dtype=torch.float64, device=device)
+    if isinstance(start, list):
+        return torch.stack([full(float(v)) for v in start])
+    return full(0.0 if start is None else float(start))
 
 
 def _at(state: dict, path: tuple):
