@@ -320,8 +320,10 @@ def methods(model_dir: Path, glue_dir: Path, work: Path, shape: str, device) -> 
 # 4. Every notebook's paper preset, a few steps
 
 
-def shrink_paper_preset(name: str, model_dir: Path, work: Path, shape: str) -> dict:
-    """The notebook's `paper` parameters with the data, steps and seeds cut down; model, methods and recipe kept."""
+def shrink_paper_preset(name: str, model_dir: Path, work: Path, shape: str, compile: str = "preset") -> dict:
+    """The notebook's `paper` parameters with the data, steps and seeds cut down; model, methods and recipe kept.
+    compile: "preset" keeps the preset's setting (graphs) on a CUDA machine; "off" runs eagerly, a few steps
+    being cheaper than compiling each run (the `loop` section measures the compiled step)."""
     from course_lib.experiments.notebooks import load_preset
 
     params = load_preset(name, "paper")
@@ -337,7 +339,7 @@ def shrink_paper_preset(name: str, model_dir: Path, work: Path, shape: str) -> d
         params["epochs"] = min(params["epochs"], 2)  # 2: SSA's labels are first probed at epoch 2
     if "seeds" in params:
         params["seeds"] = params["seeds"][:1]
-    if params.get("compile") == "graphs" and not torch.cuda.is_available():
+    if "compile" in params and (compile == "off" or not torch.cuda.is_available()):
         params["compile"] = "off"  # CUDA graphs need the GPU this check is meant for; anywhere else, eager
     if "tasks" in params:  # the first task, and STS-B for the regression path when the preset has it
         params["tasks"] = list(dict.fromkeys(params["tasks"][:1] + [t for t in params["tasks"] if t == "stsb"]))
@@ -378,13 +380,13 @@ def execute_in_process(name: str, params: dict) -> float:
     return round(time.perf_counter() - started, 1)
 
 
-def notebooks(model_dir: Path, work: Path, shape: str) -> dict:
+def notebooks(model_dir: Path, work: Path, shape: str, compile: str = "off") -> dict:
     """Each notebook's paper preset, shrunk; a notebook that raises is recorded with its error and the rest go on."""
     from course_lib.experiments.notebooks import notebook_names
 
     rows = {}
     for name in notebook_names():
-        params = shrink_paper_preset(name, model_dir, work, shape)
+        params = shrink_paper_preset(name, model_dir, work, shape, compile)
         try:
             rows[name] = {"passed": True, "seconds": execute_in_process(name, params)}
         except Exception as err:  # noqa: BLE001 - the report names it; the other notebooks still run
@@ -392,7 +394,7 @@ def notebooks(model_dir: Path, work: Path, shape: str) -> dict:
                      if f.filename.startswith(name)]
             rows[name] = {"passed": False, "error": f"{type(err).__name__}: {str(err)[:300]}",
                           "where": where[-1] if where else None}
-    return {"runs": rows, "passed": all(r["passed"] for r in rows.values())}
+    return {"compile": compile, "runs": rows, "passed": all(r["passed"] for r in rows.values())}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -453,6 +455,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--size", choices=sorted(SHAPES), default=None,
                         help="model shape: base (bert-base-uncased's, the default on CUDA) or tiny (CPU default)")
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {', '.join(SECTIONS)}")
+    parser.add_argument("--notebook-compile", choices=["off", "preset"], default="off",
+                        help="the notebooks section's compile setting: off (a few steps each, no compile time) or "
+                             "the paper presets' own (graphs), which costs a compilation per run")
     parser.add_argument("--work-dir", default="runs/gpu_check", help="random model, generated data, run folders")
     parser.add_argument("--report", default=None, help="markdown report (default: WORK_DIR/report.md)")
     args = parser.parse_strict(argv)
@@ -483,7 +488,7 @@ def run_checks(args: argparse.Namespace, argv: list[str] | None) -> int:
              "throughput": lambda: throughput(model_dir, device, ((32, 128), (8, 512)) if args.size == "base"
                                               else ((8, 64),), repeats=10 if args.device == "cuda" else 3),
              "methods": lambda: methods(model_dir, glue_dir, work, args.size, device),
-             "notebooks": lambda: notebooks(model_dir, work, args.size),
+             "notebooks": lambda: notebooks(model_dir, work, args.size, args.notebook_compile),
              "multi_gpu": lambda: multi_gpu(model_dir, glue_dir, work),
              "loop": lambda: loop_section(model_dir, glue_dir, work, device, args.size)}
     results = {"command": "python -m course_lib gpu-check " + " ".join(sys.argv[1:] if argv is None else argv),
