@@ -15,9 +15,10 @@ writes one report (markdown plus the same numbers as JSON):
 6. loop: `finetune` end to end at the papers' shape against its step alone, per `compile` setting, with
    Hugging Face's model as the anchor and the card's own matrix-product rate as the yardstick (`gpu_loop`).
 
-No hub is reachable there either, so the model is a random-init BERT of `bert-base-uncased`'s shape, made on
-the spot; the GLUE tasks the repository ships (data/glue) are read from there, the others hold generated
-sentences: the point is speed, numerics and that every path runs, not accuracy. On a CPU, `--device cpu --size tiny` runs the same checks on a tiny model in minutes.
+No hub is reachable there either, so the model is a random-init BERT of `bert-base-uncased`'s shape, made on the
+spot; the GLUE tasks the repository ships (data/glue) are read from there, the others hold generated sentences: the
+point is speed, numerics and that every path runs, not accuracy. On a CPU, `--device cpu --size tiny` runs the same
+checks on a tiny model in minutes.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from course_lib.bench.gpu_loop import loop_section
+from course_lib.bench.gpu_loop import loop_section, synchronize
 from course_lib.errors import Parser, UsageError, choice_error, report_errors
 from course_lib.repro import atomic_write
 
@@ -239,7 +240,7 @@ def throughput(model_dir: Path, device, shapes=((32, 128), (8, 512)), repeats: i
                 with torch.autocast(device.type, dtype=torch.bfloat16):
                     loss = (forward().float() @ weight).sum()
                 loss.backward()
-                _synchronize(device)
+                synchronize(device)
             return run
 
         runs = {"ours": step(lambda: ours(ids, mask).pooler_output),
@@ -252,11 +253,6 @@ def throughput(model_dir: Path, device, shapes=((32, 128), (8, 512)), repeats: i
                       "hf_over_ours": ratio_summary(times["hf_sdpa"], times["ours"]),
                       "hf_over_ours_cls": ratio_summary(times["hf_sdpa"], times["ours_cls"])})
     return {"cases": cases}
-
-
-def _synchronize(device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 # ----------------------------------------------------------------------------------------------

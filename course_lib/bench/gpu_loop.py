@@ -1,13 +1,13 @@
 """The GPU check's `loop` section: what a fine-tuning run from the command line costs, against its step alone.
 
 A step alone is the model's forward, backward, clip and fused AdamW step on SST-2 batches staged on the device
-beforehand, run back to back and timed between two synchronisations. The loop is `finetune` itself on the shipped SST-2 (generated
-sentences where the repository's data is absent): batches built on the host, the progress bar, the logging
-reads. Its steady state is the second epoch's wall time over its steps (the first holds the compilation).
+beforehand, run back to back and timed between two synchronisations. The loop is `finetune` itself on the shipped
+SST-2 (generated sentences where the repository's data is absent): batches built on the host, the progress bar, the
+logging reads. Its steady state is the second epoch's wall time over its steps (the first holds the compilation).
 Both run at the papers' shape, 32 x 128 under bf16 autocast, for each `compile` setting; Hugging Face's
-`BertForSequenceClassification`, eager and compiled, is the anchor. Each is also given as a share of the card's
-own bf16 matrix-product rate, measured here: the step's arithmetic (6N + 12·L·d·S per token, N the encoder's
-parameters outside the embeddings) over its time, over that rate.
+`BertForSequenceClassification`, eager and compiled, is the anchor. Each is also given as a share of the card's own
+bf16 matrix-product rate, measured here: the step's arithmetic (6N + 12·L·d·S per token, N the encoder's parameters
+outside the embeddings) over its time, over that rate.
 """
 from __future__ import annotations
 

@@ -6,13 +6,13 @@ The grid file (YAML) names the command, the settings every run shares, and the l
     base: {max_train_samples: 4000, epochs: 2, lr: 5.0e-5}   # FinetuneConfig fields, the same for every run
     grid: {task: [sst2, rte], method: [vanilla], seed: [0, 1, 2]}   # lists; runs are their cartesian product
 
-With `command: notebook` the keys are `notebook`, `preset`, `kernel` and the notebook's parameters
-(`grid: {notebook: [01_kou2020_ssa, 03_cui2019_sparse_attention], preset: [cpu], seed: [0, 1, 2]}`), and
-each run executes `python -m course_lib notebooks run` (papermill) into its folder; `notebook: all` is every
-notebook with the base's preset, the one that tabulates the others last (`notebooks.every_notebook`).
-`task_overrides: {rte: {lr: 3.0e-5}}` (finetune) and `notebook_overrides: {06_results: {runs_dir: ...}}`
-(notebook) set fields for one task or notebook only. `exclude: [{task: dream, method: ssaf}]` leaves the runs matching a partial combination out
-of the product (a method that does not apply to a task).
+With `command: notebook` the keys are `notebook`, `preset`, `kernel` and the notebook's parameters (`grid:
+{notebook: [01_kou2020_ssa, 03_cui2019_sparse_attention], preset: [cpu], seed: [0, 1, 2]}`), and each run executes
+`python -m course_lib notebooks run` (papermill) into its folder; `notebook: all` is every notebook with the base's
+preset, the one that tabulates the others last (`notebooks.every_notebook`). `task_overrides: {rte: {lr: 3.0e-5}}`
+(finetune) and `notebook_overrides: {06_results: {runs_dir: ...}}` (notebook) set fields for one task or notebook
+only. `exclude: [{task: dream, method: ssaf}]` leaves the runs matching a partial combination out of the product (a
+method that does not apply to a task).
 
 Every run is validated (`FinetuneConfig.from_dict`, `NotebookRun.from_dict`) before anything starts. A run
 lives in its own folder, named by its grid values (`task=sst2,method=vanilla,seed=0`, whatever the grid's

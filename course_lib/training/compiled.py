@@ -15,7 +15,7 @@ from torch import nn
 from course_lib.errors import UsageError
 
 PAD_LENGTHS = (32, 64, 96, 128, 192, 256, 384, 512)  # the sequence lengths a `graphs` batch is padded up to
-FILL = {"input_ids": None, "attention_mask": 0, "token_type_ids": 0, "token_labels": -1, "labels": -100}
+FILL = {"attention_mask": 0, "token_type_ids": 0, "token_labels": -1, "labels": -100}  # input_ids: the pad id
 MODES = {"default": {}, "graphs": {"mode": "reduce-overhead"}}
 
 
@@ -37,24 +37,21 @@ def compile_modules(modules: list[nn.Module], how: str, dynamic: bool | None = N
 
 
 def next_length(length: int, max_len: int) -> int:
-    """The padded length of a batch whose longest row has `length` tokens."""
-    return next((n for n in PAD_LENGTHS if n >= length), max(length, max_len))
+    """The padded length of a batch whose longest row has `length` tokens: the next of PAD_LENGTHS, never past
+    max_len (a batch already longer stays as it is)."""
+    cap = max(length, max_len)
+    return min(next((n for n in PAD_LENGTHS if n >= length), cap), cap)
 
 
 def pad_batch(batch: dict, pad_id: int, max_len: int) -> dict:
     """A collated batch padded along its sequence axis (the last) to `next_length`: ids with pad_id, masks and
     token types with 0, per-token labels with their ignore index. Per-example tensors are left alone."""
-    length = batch["input_ids"].shape[-1]
-    target = min(next_length(length, max_len), max(length, max_len))
-    if target == length:
+    shape, fills = batch["input_ids"].shape, {**FILL, "input_ids": pad_id}
+    extra = next_length(shape[-1], max_len) - shape[-1]
+    if extra == 0:
         return batch
-    padded = {}
-    for key, value in batch.items():
-        per_token = key in FILL and value.ndim >= 2 and value.shape[-1] == length and value.shape == batch[
-            "input_ids"].shape
-        fill = pad_id if FILL.get(key) is None else FILL[key]
-        padded[key] = nn.functional.pad(value, (0, target - length), value=fill) if per_token else value
-    return padded
+    return {key: nn.functional.pad(value, (0, extra), value=fills[key])
+            if key in fills and value.shape == shape else value for key, value in batch.items()}
 
 
 def step_collate(collate, how: str, max_len: int):

@@ -240,8 +240,9 @@ class FinetuneJob(Job):
                            self.pad_id, self.predictions)
         entry = {"epoch": epoch + 1, "train_loss": state.pop("epoch_loss", 0.0) / self.steps_per_epoch,
                  **self.epoch_stats}
+        stats = present_stats(state.pop("epoch_stats", {}), state.pop("epoch_seen", {}))
         entry.update({k: (torch.tensor(v, dtype=torch.float64) / self.steps_per_epoch).tolist()
-                      for k, v in present_stats(state.pop("epoch_stats", {}), state.pop("epoch_seen", {})).items()})  # e.g. ASA's masking proportion per layer
+                      for k, v in stats.items()})  # e.g. ASA's masking proportion per layer
         state["history"].append({**entry, **scores})
         self.loop.accelerator.print(f"epoch {epoch + 1}: " + ", ".join(
             f"{s} {k} {v:.4f}" if isinstance(v, float) else f"{s} {k} {v}"

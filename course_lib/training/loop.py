@@ -95,12 +95,12 @@ class DeviceTotals:
     on the host after every step (float64, bit for bit). A value of a step not taken adds 0.
     """
 
-    def __init__(self, device):
-        self.device, self.sums = device, {}
+    def __init__(self):
+        self.sums: dict[tuple, torch.Tensor] = {}
 
     def add(self, state: dict, path: tuple, value, taken: torch.Tensor) -> None:
         """Add `value` (a tensor, or a list of 0-d tensors: one per layer) to the sum at `path`."""
-        if isinstance(value, (list, tuple)):
+        if isinstance(value, list):
             value = torch.stack(list(value))
         self._accumulate(state, path, torch.where(taken, value.detach().to(torch.float64), 0.0))
 
@@ -330,7 +330,7 @@ class TrainingLoop:
                       "skipped_steps": 0}
         self.base = model  # the unwrapped model, once accelerate has prepared it
         self.clipped = None  # the parameters the gradient clip covers (None: all), as the job says at the start
-        self.totals = DeviceTotals(accelerator.device)  # what the steps add up on the device between reads
+        self.totals = DeviceTotals()  # what the steps add up on the device between reads
         self._window: dict[int, tuple] = {}  # global step -> (segment, index, item), for the steps not yet read
         self._first_bad = self._bad_value = None  # the window's first non-finite step and its loss (device)
         self.job: Job | None = None

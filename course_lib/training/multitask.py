@@ -189,6 +189,8 @@ class MultitaskJob(Job):
         self.cfg, self.tasks, self.train, self.dev, self.tokenizer, self.out = cfg, tasks, train, dev, tokenizer, out
         self.views = {t.name: task_config(cfg, t.name) for t in tasks}
         self.families = {t.name: get_family(t.family) for t in tasks}
+        self.collates = {t.name: step_collate(self.families[t.name].collate, cfg.compile, self.views[t.name].max_len)
+                         for t in tasks}  # padded under `graphs`
         self.segments, self.pad_id = cfg.epochs, tokenizer.pad_token_id
         self.steps_per_epoch = sum(math.ceil(len(train[t.name]) / cfg.batch_size) for t in tasks)
         self.epoch_train, self.epoch_stats = {}, {}
@@ -208,8 +210,7 @@ class MultitaskJob(Job):
         name = task.name
         with self.loop.accelerator.autocast():
             loss, stats = batch_loss(self.loop.base.heads[name], [self.epoch_train[name][i] for i in rows],
-                                     self.pad_id, self.loop.accelerator,
-                                     step_collate(self.families[name].collate, self.cfg.compile, self.views[name].max_len))
+                                     self.pad_id, self.loop.accelerator, self.collates[name])
         totals = self.loop.state.setdefault("epoch_totals", {}).setdefault(name, {"steps": 0, "loss": 0.0})
         totals["steps"] += 1  # skipped steps count too: the task's share of the epoch
         value = loss.detach()
@@ -236,7 +237,8 @@ class MultitaskJob(Job):
                 metrics = dev_entry(self.loop.base.heads[t.name], t, self.dev[t.name], self.cfg.eval_batch_size,
                                     self.loop.accelerator, self.pad_id)
             per_task[t.name] = {"steps": n, "train_loss": totals.pop("loss") / n if n else None,
-                                **self.epoch_stats[t.name], **{key: v / n for key, v in present_stats(totals, seen).items()},
+                                **self.epoch_stats[t.name],
+                                **{key: v / n for key, v in present_stats(totals, seen).items()},
                                 **metrics}  # e.g. ssa_loss
         state.pop("epoch_seen", None)
         cfg = self.cfg
