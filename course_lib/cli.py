@@ -21,16 +21,16 @@ from course_lib.errors import Parser, UsageError, report_errors
 from course_lib.fast.allocator import keep_freed_memory, memory_mode
 
 COMMANDS = {  # the commands with a parser of their own: `python -m course_lib NAME ARGS` runs NAME's main(ARGS)
-    "notebooks": ("course_lib.experiments.notebooks",
+    "notebooks": ("course_lib.lab.notebooks",
                   "run a notebook with a preset and --set overrides (papermill), or list them"),
-    "sweep": ("course_lib.experiments.sweep", "run a YAML grid of fine-tuning runs or notebooks, one process each, "
+    "sweep": ("course_lib.lab.sweep", "run a YAML grid of fine-tuning runs or notebooks, one process each, "
                                               "resumable"),
-    "collect": ("course_lib.experiments.collect", "one table of dev-set results (mean ± sd over seeds) from the "
+    "collect": ("course_lib.lab.collect", "one table of dev-set results (mean ± sd over seeds) from the "
                                                   "finished runs in a folder"),
     "check": ("course_lib.teaching.check", "a question's public checks (assignment mode), on a CPU in seconds"),
     "assignment": ("course_lib.teaching.assignment", "staff: build the student release, grade a copy, list the "
                                                      "questions"),
-    "gpu-check": ("course_lib.bench.gpu_check", "the checks a CPU cannot run (bf16 parity, speed, every method "
+    "gpu-check": ("course_lib.lab.bench.gpu_check", "the checks a CPU cannot run (bf16 parity, speed, every method "
                                                 "and paper preset, the loop), one report"),
 }
 
@@ -130,7 +130,7 @@ _THREADS = {"--threads": dict(type=int, default=None, help="torch threads (defau
                                                              "on cores other jobs share")}
 BENCHES = {
     "speed": ("our encoder vs Hugging Face's BertModel, and the span-QA and tagging heads vs transformers'",
-              "course_lib.bench.suite", {
+              "course_lib.lab.bench.suite", {
                   **_MODEL, **_JSON, **_THREADS, "--batch-size": dict(type=int, default=32),
                   "--seq-lens": dict(type=int, nargs="+", default=None, help="sequence lengths (default: 64 128)"),
                   "--repeats": dict(type=int, default=10, help="timed repeats"),
@@ -138,7 +138,7 @@ BENCHES = {
                   "--compile": dict(action="store_true", help="also time the plain encoder under torch.compile "
                                                               "(the compile=default run option) against it eager")}),
     "methods": ("each method's training step vs vanilla (AG vs MLM), and SSA's label generation",
-                "course_lib.bench.suite", {
+                "course_lib.lab.bench.suite", {
                     **_MODEL, **_JSON, **_THREADS, "--batch-size": dict(type=int, default=32),
                     "--seq-lens": dict(type=int, nargs="+", default=None, help="the sequence length (default: 64)"),
                     "--repeats": dict(type=int, default=10, help="timed repeats"),
@@ -147,19 +147,19 @@ BENCHES = {
                     "--epoch-examples": dict(type=int, default=512, help="sentences in the SSA epoch"),
                     "--glue-dir": dict(default=None, help="SST-2 sentences from here (default: $GLUE_DIR, else "
                                                           "data/glue)")}),
-    "sparsemax": ("our sparsemax vs entmax's", "course_lib.bench.suite", {
+    "sparsemax": ("our sparsemax vs entmax's", "course_lib.lab.bench.suite", {
         **_JSON, **_THREADS, "--batch-size": dict(type=int, default=32),
         "--seq-lens": dict(type=int, nargs="+", default=None, help="the sequence length (default: 128)"),
         "--repeats": dict(type=int, default=10, help="timed repeats")}),
     "diagnostics": ("shortcut reliance and precision@k on synthetic data with ground truth",
-                    "course_lib.bench.diagnostics", {
+                    "course_lib.lab.bench.diagnostics", {
                         **_MODEL, **_JSON,
                         "--methods": dict(default=None, help="comma list (default: all fine-tuning methods)"),
                         "--seeds": dict(default="0,1,2", help="comma list of seeds"),
                         "--quick": dict(action="store_true", help="the smoke budget (tiny data, for tests)"),
                         "--output-dir": dict(default=None, help="run folders, reused if there (default "
                                                                 "runs/diagnostics)")}),
-    "reproduce": ("a grid of every method vs vanilla over seeds, paired tests", "course_lib.experiments.reproduce", {
+    "reproduce": ("a grid of every method vs vanilla over seeds, paired tests", "course_lib.lab.reproduce", {
         "--grid": dict(default=None, help="the sweep grid (default ci/grids/cpu_reproduction.yaml)"),
         "--report": dict(default=None, help="where the report goes (default results/cpu_reproduction.md)"),
         "--output-dir": dict(default=None, help="run folders, reused if there (default runs/sweep/<grid name>)"),
@@ -171,7 +171,7 @@ BENCHES = {
         "--from-archive": dict(action="store_true", help="rebuild the report from the archive (--archive) alone, "
                                                          "running nothing")}),
     "squad": ("our span-QA fine-tuning vs BertForQuestionAnswering on a by-article split of SQuAD v1.1 dev",
-              "course_lib.bench.squad_reference", {
+              "course_lib.lab.bench.squad_reference", {
                   **_MODEL, **_JSON,
                   "--squad-file": dict(default=None, help="the SQuAD v1.1 dev file to split by article (default: "
                                                           "$SQUAD_DIR, else data/squad)"),
@@ -180,17 +180,17 @@ BENCHES = {
                   "--epochs": dict(type=int, default=None, help="training epochs (default 2)"),
                   "--output-dir": dict(default=None, help="run folders, reused if there (default "
                                                           "runs/bench/squad)")}),
-    "reference": ("our tagging / multiple-choice fine-tuning vs transformers'", "course_lib.bench.family_reference", {
+    "reference": ("our tagging / multiple-choice fine-tuning vs transformers'", "course_lib.lab.bench.family_reference", {
         **_MODEL, **_JSON,
         "--task": dict(default=None, help="wnut17 (data/ or WNUT17_DIR) or dream (DREAM_DIR)"),
         "--seeds": dict(default="0,1,2", help="comma list of seeds"),
         "--epochs": dict(type=int, default=None, help="training epochs (default: the task's budget)"),
         "--output-dir": dict(default=None, help="run folders, reused if there (default "
                                                 "runs/bench/reference/<task>)")}),
-    "memory": ("peak resident memory of fine-tuning, ours vs transformers'", "course_lib.bench.memory", {
+    "memory": ("peak resident memory of fine-tuning, ours vs transformers'", "course_lib.lab.bench.memory", {
         **_MODEL, **_JSON, "--repeats": dict(type=int, default=10, help="training steps per run")}),
     "contention": ("a training step quiet and beside busy programs, under each OpenMP thread setting",
-                   "course_lib.bench.contention", {
+                   "course_lib.lab.bench.contention", {
                        **_JSON, "--busy": dict(type=int, nargs="+", default=[0, 1, 2],
                                                help="how many busy programs run beside, one case each"),
                        "--rounds": dict(type=int, default=2, help="rounds, each running every setting and load"),

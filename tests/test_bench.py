@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.bench import suite as bench
-from course_lib.bench import timing
-from course_lib.bench.head_speed import format_head_speed, span_speed, tagging_speed
+from course_lib.lab.bench import suite as bench
+from course_lib.lab.bench import timing
+from course_lib.lab.bench.head_speed import format_head_speed, span_speed, tagging_speed
 from course_lib import cli
 from course_lib.training.config import PretrainConfig
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from course_lib import cli
-from course_lib.experiments import notebooks
+from course_lib.lab import notebooks
 from course_lib.model.config import BertConfig, check_mixed_precision
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, TrainingRunConfig, field_docs
 from course_lib.errors import UsageError, yaml_float_hint

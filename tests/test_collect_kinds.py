@@ -8,8 +8,8 @@ import pytest
 import torch
 from scipy import stats
 
-from course_lib.experiments import collect
-from course_lib.experiments.records import kind_of
+from course_lib.lab import collect
+from course_lib.lab.records import kind_of
 from course_lib.methods.registry import get_method
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
 from course_lib.training.finetune import finetune

@@ -15,7 +15,7 @@ from course_lib import cli
 from course_lib.training import multitask
 from course_lib.training import pretrain
 from course_lib import repro
-from course_lib.experiments import sweep
+from course_lib.lab import sweep
 from course_lib.training import finetune as train
 from course_lib.training.config import FinetuneConfig
 from course_lib.errors import UsageError

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from course_lib import cli
-from course_lib.experiments import notebooks, sweep
+from course_lib import notebook_params
+from course_lib.lab import notebooks, sweep
 from course_lib.methods.registry import METHODS
 from course_lib.tasks.registry import FAMILIES, TASKS
 from course_lib.training import finetune as finetune_module
@@ -103,7 +104,7 @@ def test_a_new_notebook_joins_the_notebook_grids_before_the_results_notebook(tmp
     toy_notebook(folder, "00_intro", {"preset": "smoke", "lr": 1e-4})
     toy_notebook(folder, "06_results", {"preset": "smoke", "runs_dir": "../runs"})
     toy_notebook(folder, "07_toy", {"preset": "smoke", "lr": 1e-4, "seed": 0})
-    monkeypatch.setattr(notebooks, "NOTEBOOK_DIR", folder)
+    monkeypatch.setattr(notebook_params, "NOTEBOOK_DIR", folder)
     for grid in ("notebooks_smoke", "notebooks_cpu", "notebooks_paper"):
         text = (ROOT / "ci" / "grids" / f"{grid}.yaml").read_text()
         assert "notebook: all" in text, grid  # no grid file names the notebooks

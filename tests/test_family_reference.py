@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from course_lib.bench.family_reference import HFTaskModel, above_chance, build_reference
+from course_lib.lab.bench.family_reference import HFTaskModel, above_chance, build_reference
 from course_lib.model.weights import load_pretrained
 from course_lib.tasks.registry import get_family, run_task
 from course_lib.training.config import FinetuneConfig

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib.bench import gpu_check
-from course_lib.experiments.notebooks import check_parameters, notebook_names
+from course_lib.lab.bench import gpu_check
+from course_lib.notebook_params import check_parameters, notebook_names
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,5 +1,5 @@
 """Notebook plumbing: configs built from a notebook's parameters (`Validated.from_params`), and grids of runs in
-one process (`course_lib.experiments.grid`): their folders are named as the sweep names its runs, a variant adds runs
+one process (`course_lib.lab.grid`): their folders are named as the sweep names its runs, a variant adds runs
 for the methods it names, each run keeps only its own method's options, and a finished run is read back."""
 import dataclasses
 import json
@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from course_lib.errors import UsageError
-from course_lib.experiments import grid, sweep
-from course_lib.experiments.grid import RunKey, Variant, dev_rows, plan_grid, run_grid
-from course_lib.experiments.notebooks import Notebook, load_preset
+from course_lib.lab import grid, sweep
+from course_lib.lab.grid import RunKey, Variant, dev_rows, plan_grid, run_grid
+from course_lib.notebook_params import Notebook, load_preset
 from course_lib.training import finetune as finetune_module, reuse
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
 

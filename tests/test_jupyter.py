@@ -10,7 +10,7 @@ import pytest
 from nbclient import NotebookClient
 
 from course_lib import kernel
-from course_lib.experiments import plots
+from course_lib import plots
 from course_lib.openmp import SPIN_COUNT, WAIT_POLICY
 
 LAB_SCHEMAS = Path(sys.prefix) / "share" / "jupyter" / "lab" / "schemas"

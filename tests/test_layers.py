@@ -2,6 +2,8 @@
 
 The layers, lowest first (STRUCTURE.md explains each). A module may import its own layer and the ones below it.
 Function-local imports count too: a late import hides a dependency from the reader, it does not remove it.
+Everything below `lab` is the lesson a student reads; `course_lib.lab` is the research machinery around it
+(grids, sweeps, the archive, reports, benchmarks, the GPU check), so the lesson never imports the lab.
 """
 from __future__ import annotations
 
@@ -18,9 +20,8 @@ LAYERS = (
     {"tasks"},
     {"methods"},
     {"training"},
-    {"experiments"},
-    {"bench"},
-    {"teaching"},
+    {"plots", "notebook_params", "teaching"},  # what the notebooks draw and check, the assignment
+    {"lab"},  # the research machinery: not the lesson
     {"cli", "__main__", "check", "collect", "notebooks", "sweep", "kernel"},  # the command-line names, the kernel
 )
 
@@ -96,6 +97,14 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_layers_import_downwards_only():
     assert not upward_imports(import_graph(ROOT / "course_lib"))
+
+
+def test_the_lesson_never_imports_the_lab():
+    graph = import_graph(ROOT / "course_lib")
+    lab = layer("course_lib.lab")
+    assert not [f"{source} -> {target}" for source, targets in graph.items() for target in targets
+                if layer(source) < lab <= layer(target)]
+    assert any(name.startswith("course_lib.lab.") for name in graph)  # the rule has something to hold
 
 
 def test_no_import_cycles():

@@ -14,9 +14,10 @@ import nbformat
 import pytest
 import yaml
 
-from course_lib.experiments import notebooks
+from course_lib import notebook_params
+from course_lib.lab import notebooks
 from course_lib.errors import UsageError
-from course_lib.experiments.notebooks import Notebook, check_parameters, load_preset, notebook_names, presets_of
+from course_lib.notebook_params import Notebook, check_parameters, load_preset, notebook_names, presets_of
 from course_lib.training.reuse import FINISHED_RUNS_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,7 +25,7 @@ NAMES = notebook_names()
 
 
 def _read(name: str):
-    return nbformat.read(notebooks.NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
+    return nbformat.read(notebook_params.NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
 
 
 def _parameters_cell(nb) -> dict:
@@ -110,7 +111,7 @@ def test_runner_rejects_bad_input_before_starting_a_kernel(argv, message, capsys
 TINY = "00_tiny"
 TINY_CELLS = [
     ("markdown", "# Tiny\n\nLearning goals: none. Runs in about 1 s.\n\n## Summary\n\n## Exercises"),
-    ("code", f'from course_lib.experiments.notebooks import Notebook\nnb = Notebook("{TINY}", globals())'),
+    ("code", f'from course_lib.notebook_params import Notebook\nnb = Notebook("{TINY}", globals())'),
     ("parameters", 'preset = "smoke"  # which preset\nx = 2  # the input\nnap = 0.0  # seconds to sleep\n'
                    'output_dir = "out"  # results'),
     ("code", "import time\np = nb.parameters(globals())\ntime.sleep(p.nap)"),
@@ -134,7 +135,7 @@ def tiny_notebooks(tmp_path, monkeypatch):
     for preset in ("smoke", "cpu", "paper"):
         (folder / "params" / TINY / f"{preset}.yaml").write_text(
             yaml.safe_dump({"preset": preset, "x": 2, "nap": 0.0, "output_dir": "out"}))
-    monkeypatch.setattr(notebooks, "NOTEBOOK_DIR", folder)
+    monkeypatch.setattr(notebook_params, "NOTEBOOK_DIR", folder)
     monkeypatch.setenv("ATTENTION_LAB_NOTEBOOKS", str(folder))
     monkeypatch.setenv("TQDM_DISABLE", "1")
     return folder
@@ -220,7 +221,7 @@ def test_nbval_fails_when_a_checked_output_or_a_check_changes(tiny_notebooks, tm
 @pytest.mark.parametrize("grid, runs", [("notebooks_smoke", 7), ("notebooks_cpu", 7), ("notebooks_paper", 7)])
 def test_notebook_grids_expand_and_dry_run(grid, runs, tmp_path, capsys):
     """The paper grid cannot run here (no GPU), but every run must validate and the dry run must add up hours."""
-    from course_lib.experiments import sweep
+    from course_lib.lab import sweep
 
     path = ROOT / "ci" / "grids" / f"{grid}.yaml"
     expanded = sweep.load_grid(path, tmp_path)

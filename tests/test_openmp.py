@@ -69,7 +69,7 @@ def test_a_child_process_inherits_the_setting():
 
 @pytest.mark.slow
 def test_the_contention_bench_runs_each_setting_in_a_process_that_has_it():
-    from course_lib.bench import contention
+    from course_lib.lab.bench import contention
 
     result = contention.contention(busy_counts=(0, 1), rounds=1, steps=1, batch_size=2, seq_len=8)
     cell = {(c["setting"], c["busy"]): c for c in result["cells"]}

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.experiments.notebooks import load_preset
-from course_lib.experiments.reproduce import PAPER_TASK
-from course_lib.experiments.sweep import load_grid
+from course_lib.notebook_params import load_preset
+from course_lib.lab.reproduce import PAPER_TASK
+from course_lib.lab.sweep import load_grid
 from course_lib.methods.asa import PAPER_TAU
 from course_lib.methods.ssaf import PAPER_LAMBDA
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.experiments import reproduce
+from course_lib.lab import reproduce
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"

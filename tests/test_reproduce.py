@@ -12,7 +12,7 @@ from scipy import stats
 
 from course_lib import cli
 from course_lib.errors import UsageError
-from course_lib.experiments import collect, reproduce, sweep
+from course_lib.lab import collect, reproduce, sweep
 from course_lib.methods.registry import get_method
 from course_lib.tasks import metrics
 

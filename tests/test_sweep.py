@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from course_lib.experiments import collect
-from course_lib.experiments import sweep
+from course_lib.lab import collect
+from course_lib.lab import sweep
 from course_lib.cli import build_parser
 from course_lib.methods.asa import ASAOptions
 from course_lib.training.config import FinetuneConfig
 from course_lib.config import first_difference
-from course_lib.experiments.notebooks import NotebookRun
+from course_lib.lab.notebooks import NotebookRun
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {"CI": "true", "HF_HUB_OFFLINE": "1"}

@@ -26,8 +26,8 @@ import torch
 from course_lib.fast import optimize
 from course_lib.fast.allocator import keep_freed_memory
 from course_lib.repro import progress
-from course_lib.bench.head_speed import format_head_speed, span_speed, tagging_speed
-from course_lib.bench.timing import interleaved, machine_load, ratio_summary, timed
+from course_lib.lab.bench.head_speed import format_head_speed, span_speed, tagging_speed
+from course_lib.lab.bench.timing import interleaved, machine_load, ratio_summary, timed
 from course_lib.model.weights import load_pretrained, resolve_model_dir
 
 

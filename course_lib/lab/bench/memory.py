@@ -124,7 +124,7 @@ def run_one(case: str, who: str, steps: int, eval_batches: int, model_name=None)
 def _in_fresh_process(case: str, who: str, mode: str, steps: int, eval_batches: int, model_name) -> dict:
     env = {**os.environ, SETTING: mode, "TQDM_DISABLE": "1"}
     args = json.dumps([case, who, steps, eval_batches, model_name])
-    out = subprocess.run([sys.executable, "-m", "course_lib.bench.memory", args], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "course_lib.lab.bench.memory", args], env=env, capture_output=True,
                          text=True)
     if out.returncode != 0:
         raise RuntimeError(f"bench memory: the {who} {case} run failed:\n{out.stderr[-2000:]}")

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from course_lib.errors import Parser, UsageError, report_errors
 from course_lib.tasks.metrics import holm_adjusted, paired_t_test
-from course_lib.experiments.records import KINDS, kind_of, lower_is_better, percent_scale
-from course_lib.experiments.reported import reported
+from course_lib.lab.records import KINDS, kind_of, lower_is_better, percent_scale
+from course_lib.lab.reported import reported
 from course_lib.repro import METRICS, atomic_write, lock_exclusive
 
 NOT_GROUPED = ("seed", "output_dir")  # runs that differ only in these are seeds of one group

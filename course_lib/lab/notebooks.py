@@ -1,10 +1,5 @@
-"""The notebooks' plumbing: checked parameters, presets, results, and running a notebook with papermill.
-
-Each notebook has one `parameters` cell of literals whose defaults are the CPU smoke run. Its presets are
-YAML files, `notebooks/params/<notebook>/<preset>.yaml` (`smoke`, `cpu`, `paper`), and the smoke file is
-the schema: every preset and every override must use its keys with the same types. Papermill injects
-whatever it is given without a check, so the notebook's config cell calls `Notebook.parameters`, which
-rejects an unknown or ill-typed parameter with one line naming it and the valid ones.
+"""Running a notebook in batch with papermill, with a preset and checked overrides (the lab's side; the
+parameters check every notebook runs itself is `course_lib.notebook_params`).
 
     python -m course_lib notebooks run 03_cui2019_sparse_attention --preset cpu [--set epochs=3] [--output-dir D]
     python -m course_lib notebooks list
@@ -24,35 +19,20 @@ import dataclasses
 import json
 import os
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
 
-from course_lib.errors import Parser, UsageError, choice_error, report_errors, yaml_float_hint
-from course_lib.repro import METRICS, progress_disabled, write_json
+from course_lib import notebook_params
+from course_lib.errors import Parser, UsageError, report_errors
+from course_lib.notebook_params import PRESETS, check_parameters, load_preset, notebook_names, notebook_path, presets_of
+from course_lib.repro import METRICS, progress_disabled
 from course_lib.training.reuse import FINISHED_RUNS_ENV
 
-# The repository's notebooks; tests point ATTENTION_LAB_NOTEBOOKS at a folder of their own.
-NOTEBOOK_DIR = Path(os.environ.get("ATTENTION_LAB_NOTEBOOKS") or Path(__file__).resolve().parents[2] / "notebooks")
-PRESETS = ("smoke", "cpu", "paper")  # CPU minutes; data/, about an hour on a laptop; GPU, the paper's setup
 KERNEL = "attention-lab"  # `make` installs it into the venv: the venv's python, then INSTALL_KERNEL
 INSTALL_KERNEL = f"-m ipykernel install --sys-prefix --name {KERNEL} --display-name {KERNEL}"
-LITERALS = (str, int, float, bool, list, dict, tuple, type(None))  # what a parameters cell may hold
 RUN_KEYS = ("notebook", "preset", "kernel", "output_dir")  # what a run takes besides notebook parameters
-
-
-def notebook_names() -> list[str]:
-    return sorted(p.stem for p in NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
-
-
-def notebook_path(notebook: str) -> Path:
-    """notebooks/<notebook>.ipynb; the name may be given with or without `.ipynb`."""
-    name = notebook.removesuffix(".ipynb")
-    if name not in notebook_names():
-        raise choice_error("notebook", notebook, notebook_names())
-    return NOTEBOOK_DIR / f"{name}.ipynb"
 
 
 def every_notebook(preset: str) -> list[str]:
@@ -61,88 +41,6 @@ def every_notebook(preset: str) -> list[str]:
     A new notebook with its `params/<notebook>/` folder joins every such grid with no grid file edited."""
     names = [n for n in notebook_names() if preset in presets_of(n)]
     return sorted(names, key=lambda n: ("runs_dir" in load_preset(n, "smoke"), n))
-
-
-def presets_of(notebook: str) -> list[str]:
-    folder = NOTEBOOK_DIR / "params" / notebook_path(notebook).stem
-    return [p for p in PRESETS if (folder / f"{p}.yaml").is_file()]
-
-
-def load_preset(notebook: str, preset: str) -> dict:
-    """The parameter values of one preset, read from its YAML file."""
-    name = notebook_path(notebook).stem
-    if preset not in presets_of(name):
-        raise choice_error(f"preset for {name}", preset, presets_of(name) or PRESETS)
-    path = NOTEBOOK_DIR / "params" / name / f"{preset}.yaml"
-    values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    if not isinstance(values, dict):
-        raise UsageError(f"{path} must be a mapping of parameter names to values, got {type(values).__name__}")
-    return values
-
-
-def _type_name(value) -> str:
-    return "list" if isinstance(value, list) else "number" if isinstance(value, float) else type(value).__name__
-
-
-def check_parameters(notebook: str, values: dict, where: str = "parameter") -> dict:
-    """Raise a UsageError for a key the smoke preset lacks or a value of another type; return values.
-
-    An int is accepted where the smoke value is a float (YAML and people write 1 for 1.0), and None
-    anywhere (meaning "all" or "the default"; the config that receives it checks further).
-    """
-    schema = load_preset(notebook, "smoke")
-    for key, value in values.items():
-        if key not in schema:
-            raise UsageError(f"unknown {where} {key!r} for {notebook_path(notebook).stem} "
-                             f"(valid: {', '.join(sorted(schema))})")
-        expected = schema[key]
-        same = value is None or type(value) is type(expected) or (isinstance(expected, float) and type(value) is int)
-        if not same:
-            hint = yaml_float_hint(value) if isinstance(expected, float) else ""
-            raise UsageError(f"{where} {key} must be {_type_name(expected)} (like {expected!r}), "
-                             f"got {value!r} ({_type_name(value)}){hint}")
-    preset = values.get("preset", schema.get("preset"))
-    if preset is not None and preset not in presets_of(notebook):
-        raise choice_error("preset", preset, presets_of(notebook))
-    return values
-
-
-class Notebook:
-    """Made in a notebook's setup cell, before the parameters cell: `nb = Notebook("01_kou2020_ssa", globals())`.
-
-    It notes which names exist before the parameters, so `nb.parameters(globals())` in the config cell sees
-    exactly what the parameters cell and papermill's injected cell defined, and can check every one.
-    """
-
-    def __init__(self, name: str, namespace: dict):
-        self.name = notebook_path(name).stem
-        self._before = set(namespace)
-        self.params: dict = {}
-        self.started = time.monotonic()
-
-    def parameters(self, namespace: dict) -> argparse.Namespace:
-        """The checked parameters, as `p.epochs`; their output_dir is created."""
-        new = {k: v for k, v in namespace.items() if k not in self._before and not k.startswith("_")
-               and isinstance(v, LITERALS)}  # parameters are literals; modules imported since are not
-        self.params = check_parameters(self.name, new)
-        missing = sorted(set(load_preset(self.name, "smoke")) - set(new))
-        if missing:
-            raise UsageError(f"parameter {missing[0]!r} is not set: the parameters cell must define every "
-                             f"parameter of notebooks/params/{self.name}/smoke.yaml")
-        Path(self.params["output_dir"]).mkdir(parents=True, exist_ok=True)
-        return argparse.Namespace(**self.params)
-
-    @property
-    def output_dir(self) -> Path:
-        return Path(self.params["output_dir"])
-
-    def save_results(self, results: dict) -> Path:
-        """Write metrics.json (atomically) with the parameters, results and time; the run is then complete."""
-        path = self.output_dir / METRICS
-        write_json(path, {"kind": "notebook", "notebook": self.name, "status": "complete",
-                          "parameters": self.params, "results": results,
-                          "seconds": round(time.monotonic() - self.started, 1)})
-        return path
 
 
 # ----------------------------------------------------------------------------------------------
@@ -204,7 +102,7 @@ def _default_folder(name: str, preset: str, out: Path) -> str | None:
     output_dir, read from notebooks/), if that is another folder and exists: its finished runs are read back
     rather than trained again where the configuration is identical (`course_lib.training.reuse`)."""
     written = load_preset(name, preset).get("output_dir")
-    folder = (NOTEBOOK_DIR / written).resolve() if written else None
+    folder = (notebook_params.NOTEBOOK_DIR / written).resolve() if written else None
     return str(folder) if folder is not None and folder != out and folder.is_dir() else None
 
 
@@ -245,7 +143,7 @@ def run_notebook(notebook: str, preset: str = "smoke", overrides: dict | None = 
     try:
         with _environment(FINISHED_RUNS_ENV, _default_folder(name, preset, out)):  # read by the kernel's runs
             papermill.execute_notebook(str(notebook_path(name)), str(out / f"{name}.ipynb"), parameters=params,
-                                       kernel_name=kernel, cwd=str(NOTEBOOK_DIR),
+                                       kernel_name=kernel, cwd=str(notebook_params.NOTEBOOK_DIR),
                                        progress_bar=not progress_disabled(), execution_timeout=cell_timeout,
                                        log_output=False)
     except papermill.PapermillExecutionError as err:

@@ -27,7 +27,7 @@ dies with the sweep.
 
 `--shard I/N` (0-based, 0 <= I < N) takes every N-th run of the grid (in its order), starting at the I-th, so a
 Slurm array (`--array=0-3`, `--shard $SLURM_ARRAY_TASK_ID/4`) or one process per GPU splits the grid into
-disjoint parts that share one output folder. At the end `course_lib.experiments.collect` tabulates the folder.
+disjoint parts that share one output folder. At the end `course_lib.lab.collect` tabulates the folder.
 """
 from __future__ import annotations
 
@@ -52,10 +52,10 @@ from pathlib import Path
 
 import yaml
 
-from course_lib.experiments.collect import write_results
+from course_lib.lab.collect import write_results
 from course_lib.training.config import FinetuneConfig
 from course_lib.errors import Parser, UsageError, report_errors, yaml_float_hint
-from course_lib.experiments.notebooks import NotebookRun, every_notebook
+from course_lib.lab.notebooks import NotebookRun, every_notebook
 from course_lib.repro import (METRICS, atomic_write, check_writable_dir, lock_exclusive, progress,
                               read_json, remove_stale_temporaries, write_json)
 from course_lib.config import Validated, first_difference

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from course_lib.bench.gpu_loop import loop_section, synchronize
+from course_lib.lab.bench.gpu_loop import loop_section, synchronize
 from course_lib.errors import Parser, UsageError, choice_error, report_errors
 from course_lib.repro import atomic_write
 
@@ -226,7 +226,7 @@ def _gradient_diffs(ours, hf, ids, mask) -> dict:
 
 def throughput(model_dir: Path, device, shapes=((32, 128), (8, 512)), repeats: int = 10, warmup: int = 3) -> dict:
     """Median seconds of a bf16-autocast training step for ours (every position, and [CLS] only) and HF."""
-    from course_lib.bench.timing import interleaved, ratio_summary
+    from course_lib.lab.bench.timing import interleaved, ratio_summary
 
     ours, hf = _pair(model_dir, device)
     ours.train(), hf.train()
@@ -320,7 +320,7 @@ def shrink_paper_preset(name: str, model_dir: Path, work: Path, shape: str, comp
     """The notebook's `paper` parameters with the data, steps and seeds cut down; model, methods and recipe kept.
     compile: "preset" keeps the preset's setting (graphs) on a CUDA machine; "off" runs eagerly, a few steps
     being cheaper than compiling each run (the `loop` section measures the compiled step)."""
-    from course_lib.experiments.notebooks import load_preset
+    from course_lib.notebook_params import load_preset
 
     params = load_preset(name, "paper")
     small = {"max_train_samples": 64, "max_eval_samples": 32, "max_steps": 4, "eval_every": 2,
@@ -353,7 +353,7 @@ def execute_in_process(name: str, params: dict) -> float:
     """
     import matplotlib
 
-    from course_lib.experiments.notebooks import NOTEBOOK_DIR, notebook_path
+    from course_lib.notebook_params import NOTEBOOK_DIR, notebook_path
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -378,7 +378,7 @@ def execute_in_process(name: str, params: dict) -> float:
 
 def notebooks(model_dir: Path, work: Path, shape: str, compile: str = "off") -> dict:
     """Each notebook's paper preset, shrunk; a notebook that raises is recorded with its error and the rest go on."""
-    from course_lib.experiments.notebooks import notebook_names
+    from course_lib.notebook_params import notebook_names
 
     rows = {}
     for name in notebook_names():

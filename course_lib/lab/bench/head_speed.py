@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from course_lib.bench.timing import interleaved, ratio_summary
+from course_lib.lab.bench.timing import interleaved, ratio_summary
 from course_lib.fast import optimize
 from course_lib.model.heads import SpanHead, TokenClassifier
 from course_lib.model.weights import load_pretrained, resolve_model_dir

@@ -1,6 +1,6 @@
 """`python -m course_lib bench reproduce`: every method against vanilla on real tasks, on a CPU budget.
 
-The grid (`ci/grids/cpu_reproduction.yaml` by default) is run by `course_lib.experiments.sweep`, so an interrupted
+The grid (`ci/grids/cpu_reproduction.yaml` by default) is run by `course_lib.lab.sweep`, so an interrupted
 reproduction resumes where it stopped and `--shard I/N` splits it across machines. As each run completes its
 metrics.json (only that file) is copied to the results archive, `results/runs/<grid name>/<run folder>/` (beside
 the report; `--archive DIR` elsewhere), which is committed, so the runs outlive their folders and sessions;
@@ -27,12 +27,12 @@ import statistics
 from pathlib import Path
 
 from course_lib.errors import UsageError
-from course_lib.experiments import collect
+from course_lib.lab import collect
 from course_lib.tasks.registry import get_task
 from course_lib.tasks.metrics import detectable_difference, holm_adjusted, seeds_to_detect
-from course_lib.experiments.reported import REPORTED
+from course_lib.lab.reported import REPORTED
 from course_lib.repro import atomic_write
-from course_lib.experiments.sweep import load_grid, sweep
+from course_lib.lab.sweep import load_grid, sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_GRID = ROOT / "ci" / "grids" / "cpu_reproduction.yaml"
@@ -475,7 +475,7 @@ def reproduce(grid: str | Path = DEFAULT_GRID, output_dir: str | Path | None = N
 
 def main(args) -> int:
     """`bench reproduce` from the parsed bench options."""
-    from course_lib.experiments.sweep import parse_shard
+    from course_lib.lab.sweep import parse_shard
 
     archive, from_archive = getattr(args, "archive", None), getattr(args, "from_archive", False)
     if from_archive and (args.shard is not None or args.output_dir is not None):

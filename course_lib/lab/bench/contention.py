@@ -87,7 +87,7 @@ def _child_env(setting: str) -> dict:
 
 def _in_fresh_process(setting: str, steps: int, batch_size: int, seq_len: int) -> dict:
     args = json.dumps([steps, batch_size, seq_len])
-    out = subprocess.run([sys.executable, "-m", "course_lib.bench.contention", args], env=_child_env(setting),
+    out = subprocess.run([sys.executable, "-m", "course_lib.lab.bench.contention", args], env=_child_env(setting),
                          capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"bench contention: the {setting!r} run failed:\n{out.stderr[-2000:]}")

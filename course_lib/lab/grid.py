@@ -11,7 +11,7 @@ own kernel, to look inside the trained models afterwards. `run_grid` is that for
 Each run gets a folder under the output folder (the base's `output_dir` unless given), named the way the sweep
 names its runs (`sweep.run_name`): the task, the method, a variant's fields, the seed, as in
 `task=sst2,method=ssa-co,ssa_label_mode=paper,seed=0`. A notebook's runs and a sweep's therefore read alike,
-and `course_lib.experiments.collect` tabulates both. Every run is validated before the first one starts; then each
+and `course_lib.lab.collect` tabulates both. Every run is validated before the first one starts; then each
 runs as `finetune`, `train_multitask` or `pretrain` (by the base config's class) runs on its own: a finished
 folder is read back, not trained again, and an interrupted one resumes from its checkpoint.
 
@@ -29,7 +29,7 @@ from typing import NamedTuple
 from course_lib.errors import UsageError
 from course_lib.config import Validated
 from course_lib.repro import progress
-from course_lib.experiments.sweep import run_name
+from course_lib.lab.sweep import run_name
 from course_lib.tasks.registry import get_task
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
 from course_lib.training.finetune import finetune
