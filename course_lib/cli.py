@@ -90,7 +90,7 @@ def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
         if f.name in flat:
             _add_field(parser, config_cls, f, hints, docs, choices)
     groups: dict[str, list] = {}  # who reads an option: its options, in declaration order
-    readers = config_cls.foreign({})  # each option's readers, where a run reads only some (its method's)
+    readers = config_cls.foreign(None)  # each option's readers, where a run reads only some (its method's)
     for options in config_cls.option_classes():
         for f in dataclasses.fields(options):
             title = f"options of {readers[f.name]}" if readers else options.__doc__.rstrip(".")

@@ -82,7 +82,7 @@ class Validated:
                 raise UsageError(f"{type(self).__name__}.{name} must be {klass.__name__} for this run, got "
                                  f"{type(value).__name__}")
         carried = getattr(self, "carried", {})
-        for klass in self.option_classes():
+        for klass in self.carried_classes() if carried else ():
             klass.from_dict({k: v for k, v in carried.items() if k in klass.__dataclass_fields__})
 
     @classmethod
@@ -97,19 +97,25 @@ class Validated:
         return []
 
     @classmethod
-    def flat_hints(cls) -> dict:
+    def carried_classes(cls) -> list[type]:
+        """The option classes whose values a notebook's grid base may carry to its other runs (`from_params`)."""
+        return cls.option_classes()
+
+    @classmethod
+    def flat_hints(cls, classes: list[type] | None = None) -> dict:
         """The type of every key the flat form may hold: the fields' (not those that hold a nested config or are
-        never saved) and every nested class's fields'."""
+        never saved) and every nested class's fields' (or those of `classes` only)."""
         hints = {}
-        for klass in (*cls.option_classes(), cls):
+        for klass in (*(cls.option_classes() if classes is None else classes), cls):
             hints.update(typing.get_type_hints(klass))
         holders = {*cls.nested({}), *(f.name for f in dataclasses.fields(cls) if not f.metadata.get("saved", True))}
         return {k: v for k, v in hints.items() if k not in holders}
 
     @classmethod
-    def foreign(cls, values: dict) -> dict[str, str]:
+    def foreign(cls, values: dict | None) -> dict[str, str]:
         """{key: who reads it} for the keys another choice would read (another method's options): refused by
-        from_dict, or dropped or carried when asked (`others`)."""
+        from_dict, or dropped or carried when asked (`others`). It may leave out what no key of `values` needs;
+        values None: every such key."""
         return {}
 
     @classmethod
@@ -117,11 +123,12 @@ class Validated:
         """The config of flat `values`. others: what a key of another choice (`foreign`) does: refuse (one-line
         error), drop (a saved run's file, a grid's shared base), or carry (kept in the config's `carried`, for
         a notebook's grid base that hands them to its other methods' runs)."""
-        nested, foreign = cls.nested(values), cls.foreign(values)
+        nested = cls.nested(values)
         own = [f.name for f in dataclasses.fields(cls) if f.name not in nested]
         inner = {field: [f.name for f in dataclasses.fields(klass)] for field, klass in nested.items()}
         mine = {*own, *(k for names in inner.values() for k in names)}
-        unknown = sorted(set(values) - mine - set(foreign))
+        foreign = cls.foreign(values) if set(values) - mine else {}  # asked only when needed: it lists every
+        unknown = sorted(set(values) - mine - set(foreign))  # method's and family's options, loading them all
         if unknown:
             raise UsageError(f"unknown {cls.__name__} option {unknown[0]!r} (valid: {', '.join(sorted(mine))})")
         stray = sorted(set(values) - mine)
@@ -160,7 +167,7 @@ class Validated:
         the field is a string (`tasks = ["sst2", "rte"]`: "sst2,rte").
         """
         values = params if isinstance(params, dict) else vars(params)
-        hints = cls.flat_hints()
+        hints = cls.flat_hints(cls.carried_classes())
         names = set(hints)
         chosen = {**{k: v for k, v in values.items() if k in names}, **overrides}  # unknown overrides: from_dict
         return cls.from_dict({k: _notebook_literal(v, hints[k]) if k in names else v for k, v in chosen.items()},

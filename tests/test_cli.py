@@ -18,7 +18,7 @@ from course_lib.model.config import BertConfig, check_mixed_precision
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, TrainingRunConfig, field_docs
 from course_lib.errors import UsageError, yaml_float_hint
 from course_lib.tasks.glue import GLUE_TASKS
-from course_lib.tasks.registry import TASKS
+from course_lib.tasks.registry import every_task
 from course_lib.model.weights import check_fits_model
 
 CONFIGS = {"finetune": FinetuneConfig, "pretrain": PretrainConfig, "multitask": MultitaskConfig}
@@ -164,7 +164,7 @@ def test_help_gives_each_options_description_and_default(command, capsys, monkey
 
 def test_help_lists_the_valid_names(capsys, monkeypatch):
     entries = option_help(help_text(["finetune", "--help"], capsys, monkeypatch))
-    assert f"(valid: {', '.join(TASKS)})" in entries["--task"] and {*GLUE_TASKS, "squad", "squad_v2"} <= set(TASKS)
+    assert f"(valid: {', '.join(every_task())})" in entries["--task"] and {*GLUE_TASKS, "squad", "squad_v2"} <= set(every_task())
     assert "ssa-hybrid" in entries["--method"] and "bernoulli-mask" in entries["--method"]
     assert "(valid: no, fp16, bf16)" in entries["--mixed-precision"]
 

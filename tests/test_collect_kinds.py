@@ -14,7 +14,8 @@ from course_lib.methods.registry import get_method
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
 from course_lib.training.finetune import finetune
 from course_lib.training.multitask import train_multitask
-from course_lib.training.pretrain import generated_corpus, pretrain
+from course_lib.training.mlm_data import generated_corpus
+from course_lib.training.pretrain import pretrain
 
 
 @pytest.fixture(scope="module", autouse=True)

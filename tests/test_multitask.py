@@ -13,7 +13,8 @@ from course_lib.training import loop
 from course_lib.training import multitask
 from course_lib.training.config import MultitaskConfig
 from course_lib.errors import UsageError
-from course_lib.training.multitask import epoch_plan, schedule_alpha, task_config, task_schedule, train_multitask
+from course_lib.training.multitask import task_config, train_multitask
+from course_lib.training.task_schedules import epoch_plan, schedule_alpha, task_schedule
 from course_lib.training.finetune import finetune
 
 SIZES = [7, 3, 5]  # batches per task

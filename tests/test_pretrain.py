@@ -14,8 +14,8 @@ from course_lib.tasks.squad import write_article_split
 from course_lib.training.config import FinetuneConfig, PretrainConfig
 from course_lib.training.finetune import finetune
 from course_lib.errors import RunFailed, UsageError
-from course_lib.training.pretrain import (BertForMaskedLM, export_model, generated_corpus, load_corpus, mask_tokens,
-                                 pack_blocks, pretrain, step_generator)
+from course_lib.training.mlm_data import generated_corpus, load_corpus, mask_tokens, pack_blocks, step_generator
+from course_lib.training.pretrain import BertForMaskedLM, export_model, pretrain
 
 STEPS = 40
 

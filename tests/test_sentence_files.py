@@ -13,7 +13,7 @@ import pytest
 
 from course_lib import cli
 from course_lib.errors import UsageError
-from course_lib.methods.registry import METHODS
+from course_lib.methods.registry import get_method
 from course_lib.tasks import batching, glue, sentence_files
 from course_lib.tasks.registry import get_task, run_task
 from course_lib.training.config import FinetuneConfig
@@ -315,7 +315,7 @@ def test_every_sentence_method_fine_tunes_on_a_custom_file(method, keyword_files
     assert result["status"] == "complete" and result["task"] == "custom"
     assert all(finite(entry["train_loss"]) for entry in result["history"])
     assert set(result["dev"]) == {"accuracy"} and 0.0 <= result["dev"]["accuracy"] <= 1.0
-    if METHODS[method].epoch_data is not None:
+    if get_method(method).epoch_data is not None:
         assert result["history"][1]["labelled"] > 0  # epoch 2 trained on examples the method relabelled
     lines = (tmp_path / "run" / "dev_predictions.tsv").read_text().splitlines()
     assert lines[0] == "index\tprediction" and len(lines) == 33

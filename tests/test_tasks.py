@@ -3,6 +3,8 @@ outside course_lib (reader, features, head, decoding, scoring, predictions file,
 like the built-in one: its option is a flag with its help, checked before anything is written, saved in
 metrics.json, refused for another family's run (issue 41)."""
 import json
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -11,16 +13,16 @@ import torch
 from course_lib.cli import main
 from course_lib.config import Validated, positive
 from course_lib.errors import UsageError
-from course_lib.methods.registry import METHODS
+from course_lib.methods.registry import get_method
 from course_lib.tasks import glue, sentence
-from course_lib.tasks.registry import (FAMILIES, TASKS, TaskFamily, family_of, get_task, register_family,
+from course_lib.tasks.registry import (FAMILIES, TASKS, TaskFamily, every_task, family_of, get_task, register_family,
                                       register_task, run_task)
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
 
 
 def test_every_glue_task_is_a_preset_of_the_sentence_family():
-    assert {name for name, task in TASKS.items() if task.family == "sentence"} >= set(glue.GLUE_TASKS)
+    assert {name for name, task in every_task().items() if task.family == "sentence"} >= set(glue.GLUE_TASKS)
     assert get_task("SST-2") is glue.GLUE_TASKS["sst2"] and get_task("sts-b") is glue.GLUE_TASKS["stsb"]
     valid = r"anli, cola, conll2003, cs224n_cfimdb, cs224n_para, cs224n_sst, cs224n_sts, custom, "
     with pytest.raises(UsageError, match=r"unknown task 'sst3' \(valid: " + valid):
@@ -140,7 +142,7 @@ def test_a_toy_familys_option_lands_in_metrics_json_and_changes_the_labels(toy_f
 
 def test_a_method_is_refused_on_a_family_it_does_not_declare(toy_family, tiny_model_dir, keyword_glue, tmp_path):
     _, task = toy_family
-    assert METHODS["ssa-co"].families == ("sentence",)
+    assert get_method("ssa-co").families == ("sentence",)
     cfg = FinetuneConfig(task=task.name, model=str(tiny_model_dir), glue_dir=str(keyword_glue), method="ssa-co",
                          output_dir=str(tmp_path / "run"))
     with pytest.raises(UsageError, match=r"method 'ssa-co' does not apply to toy-length tasks"):
@@ -172,3 +174,59 @@ def test_a_runs_family_is_known_without_its_files(monkeypatch, tmp_path):
     assert type(FinetuneConfig(task="custom", task_type="tagging").task_options).__name__ == "TaggingFileOptions"
     with pytest.raises(UsageError, match="unknown --task-type for --task custom None"):
         family_of("custom", None)
+
+
+def _in_a_fresh_interpreter(code: str):
+    """What `code` prints last, as JSON, run where no family, preset or method is loaded yet."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+LOADED = "import json, sys\nprint(json.dumps(sorted(m for m in sys.modules if m.startswith('course_lib.'))))\n"
+
+
+def test_an_sst2_run_with_ssa_loads_neither_other_families_nor_other_methods():
+    loaded = set(_in_a_fresh_interpreter(
+        "from course_lib.training.config import FinetuneConfig\n"
+        "from course_lib.tasks.registry import family_of, run_task\n"
+        "cfg = FinetuneConfig(task='SST-2', method='ssa-co')\n"
+        "family_of(cfg.task, cfg.task_type).options, run_task(cfg)\n" + LOADED))
+    assert {"course_lib.tasks.glue", "course_lib.tasks.sentence", "course_lib.methods.ssa"} <= loaded
+    others = {"course_lib.tasks.squad", "course_lib.tasks.span_qa", "course_lib.tasks.tagging",
+              "course_lib.tasks.multiple_choice", "course_lib.tasks.cs224n", "course_lib.methods.asa",
+              "course_lib.methods.ssaf"}
+    assert not loaded & others
+
+
+def test_the_listing_order_does_not_depend_on_what_was_looked_up_first():
+    listing = ("from course_lib.tasks.registry import every_family, every_task\n"
+               "from course_lib.methods.registry import every_method\n"
+               "print(json.dumps([list(every_task()), list(every_family()), list(every_method())]))\n")
+    direct = _in_a_fresh_interpreter("import json\n" + listing)
+    after_lookups = _in_a_fresh_interpreter(
+        "import json\nfrom course_lib.tasks.registry import get_task, get_family\n"
+        "from course_lib.methods.registry import get_method\n"
+        "get_task('wnut17'), get_family('multiple_choice'), get_method('asa')\n" + listing)
+    assert direct == after_lookups
+    assert direct[0][0] == "cola" and direct[0][-1] == "custom" and direct[1][0] == "sentence"
+
+
+def test_a_name_taken_by_a_built_in_is_refused_before_the_built_in_loads():
+    refused = _in_a_fresh_interpreter(
+        "import json\nfrom course_lib.tasks.registry import FAMILIES, TaskFamily, register_family\n"
+        "from course_lib.methods.registry import METHODS, Method, register\n"
+        "before = ['tagging' in FAMILIES, 'asa' in METHODS]\n"
+        "errors = []\n"
+        "for add in (lambda: register_family(TaskFamily('tagging', 'mine', *[print] * 7, predictions_suffix='txt')),\n"
+        "            lambda: register(Method('asa', 'mine'))):\n"
+        "    try:\n        add()\n    except ValueError as err:\n        errors.append(str(err))\n"
+        "print(json.dumps([before, errors]))\n")
+    assert refused == [[False, False], ["a task family named 'tagging' is registered already",
+                                        "a method named 'asa' is registered already"]]
+
+
+def test_every_built_in_preset_belongs_to_a_built_in_family():
+    from course_lib.tasks.registry import BUILTIN_FAMILIES
+
+    for name, task in every_task().items():
+        assert task.family is None and name == "custom" or task.family in BUILTIN_FAMILIES, name

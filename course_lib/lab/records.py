@@ -12,8 +12,8 @@ import dataclasses
 import math
 from typing import Callable
 
-from course_lib.methods.registry import METHODS
-from course_lib.tasks.registry import FAMILIES, TASKS
+from course_lib.methods.registry import every_method
+from course_lib.tasks.registry import find_task, get_family
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
 
 METHOD_PREFIXES = ("ssa_", "asa_", "sparsegen_", "bernoulli_", "ag_")  # a method's own settings
@@ -34,8 +34,8 @@ def percent_scale(task: str, metric: str) -> int | None:
     already (SQuAD's exact match and F1), None for a metric that is no score (a loss, a count)."""
     if metric.split(" ")[-1] not in FRACTIONS:
         return None
-    family = getattr(TASKS.get(task), "family", None)
-    return 1 if family is not None and FAMILIES[family].percent_scores else 100
+    family = getattr(find_task(task), "family", None)
+    return 1 if family is not None and get_family(family).percent_scores else 100
 
 
 def _defaults(config_class) -> dict:
@@ -51,7 +51,7 @@ def _defaults(config_class) -> dict:
 
 def _option_names() -> tuple[str, ...]:
     """The flat keys that belong to a method's options class (not a task family's: those describe the data)."""
-    return tuple(dict.fromkeys(f.name for m in METHODS.values() for f in dataclasses.fields(m.options)))
+    return tuple(dict.fromkeys(f.name for m in every_method().values() for f in dataclasses.fields(m.options)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +84,7 @@ class RunKind:
         if self.method(config) == self.baseline:
             return {}
         options = self.config_class.nested(config).get("options") if self.config_class else None
-        preset = TASKS.get(task)
+        preset = find_task(task)
         return {k: v for k, v in sorted(config.items())
                 if self.is_method_field(k) and k not in self.method_fields and v != self.defaults.get(k)
                 and (options is None or preset is None or options.reads(k, preset))}
@@ -133,7 +133,8 @@ def _multitask_tasks(result: dict) -> list[dict]:
     rows = []
     for task, splits in result.get("dev", {}).items():
         metrics = split_metrics(splits)
-        main = next((f"{split} {TASKS[task].metrics[0]}" for split in splits if task in TASKS), None)
+        preset = find_task(task)
+        main = next((f"{split} {preset.metrics[0]}" for split in splits if preset is not None), None)
         main = main if main in metrics else next(iter(metrics), None)
         rows.append({"task": task, "metrics": metrics, "main_metric": main})
     if isinstance(result.get("overall"), (int, float)):

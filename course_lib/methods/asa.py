@@ -24,10 +24,6 @@ from course_lib.config import Validated, fraction, non_negative
 from course_lib.model.attention import ScoreCut, at_least_fp32
 from course_lib.model.heads import (IGNORE_INDEX, ClassifierOutput, MultipleChoiceHead, SequenceClassifier,
                                     SpanHead, TokenClassifier)
-from course_lib.tasks.sentence import SENTENCE
-from course_lib.tasks.multiple_choice import MULTIPLE_CHOICE
-from course_lib.tasks.span_qa import SPAN_QA
-from course_lib.tasks.tagging import TAGGING
 
 ADVERSARIAL_MASK = -1e4  # logit offset on cut units, as in the authors' code
 # Wu et al. (2023), Table 5: tau per fine-tuning task. A grid or preset that runs ASA on one of these tasks sets
@@ -347,8 +343,8 @@ class ASAMultipleChoice(AdversarialSelfAttention, MultipleChoiceHead):
         return symmetric_kl(clean, adversarial)  # (B, C)
 
 
-ASA_MODELS = {SENTENCE: ASAClassifier, SPAN_QA: ASASpanHead, TAGGING: ASATokenClassifier,
-              MULTIPLE_CHOICE: ASAMultipleChoice}  # the task families ASA applies to, and how
+ASA_MODELS = {"sentence": ASAClassifier, "span_qa": ASASpanHead, "tagging": ASATokenClassifier,
+              "multiple_choice": ASAMultipleChoice}  # the task families ASA applies to, and how
 
 
 def _build(cfg, encoder, task, mode: str, **mode_options):
@@ -384,9 +380,9 @@ class TwoPassOptions(Validated):
     def reads(cls, key: str, task) -> bool:
         """The divergences of one kind of output: a tagger's, a regressor's (one score per sentence)."""
         if key == "asa_tagging_divergence":
-            return task.family == TAGGING
+            return task.family == "tagging"
         if key == "asa_regression_divergence":
-            return task.family == SENTENCE and getattr(task, "num_labels", None) == 1
+            return task.family == "sentence" and getattr(task, "num_labels", None) == 1
         return True
 
 

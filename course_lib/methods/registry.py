@@ -4,7 +4,8 @@ A method is what it changes, declared once: its options (a small dataclass in it
 encoder's config, which task model it trains (the plain head, or one whose objective it changes), what it does
 to the training set at the start of each epoch, and the task families it applies to. The training code asks
 the registry and has no `if method == ...` of its own, so a new method is its own module plus one `register`
-line here (or in a user's file: `register(Method(...))` before `finetune`).
+entry here (or in a user's file: `register(Method(...))` before `finetune`). The built-in methods are declared
+below but loaded on first use, so a run with SSA never imports ASA's module; `every_method()` loads them all.
 
     vanilla          plain fine-tuning (Devlin et al. 2019)
     ssaf             sparsegen-lin attention (Cui et al. 2019)             course_lib/methods/ssaf.py
@@ -20,13 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from course_lib.methods import asa
-from course_lib.methods import ssa
-from course_lib.methods import ssaf
 from course_lib.config import NoOptions, Validated, option_readers
 from course_lib.errors import UsageError, choice_error
 from course_lib.model.heads import MeanPoolClassifier
-from course_lib.tasks.sentence import SENTENCE
 
 
 @dataclass(frozen=True)
@@ -80,11 +77,17 @@ class Method:
                              f"(it applies to: {', '.join(self.families)})")
 
 
-METHODS: dict[str, Method] = {}
+METHODS: dict[str, Method] = {}  # what is loaded so far; every_method() loads the built-in ones
 
 
 def register(method: Method) -> Method:
-    """Add a method under its name; a second, different method of the same name is refused."""
+    """Add a method under its name; a second, different method of the same name (a built-in's too) is refused."""
+    if method.name in BUILTIN_METHODS:
+        get_method(method.name)
+    return _add(method)
+
+
+def _add(method: Method) -> Method:
     if METHODS.get(method.name, method) is not method:
         raise ValueError(f"a method named {method.name!r} is registered already")
     METHODS[method.name] = method
@@ -92,37 +95,80 @@ def register(method: Method) -> Method:
 
 
 def get_method(name: str) -> Method:
+    if name not in METHODS and name in BUILTIN_METHODS:
+        _add(BUILTIN_METHODS[name]())
     if name not in METHODS:
-        raise choice_error("method", name, METHODS)
+        raise choice_error("method", name, every_method())
     return METHODS[name]
+
+
+def every_method() -> dict[str, Method]:
+    """Every method, the built-in ones first in their order here (loading those not loaded yet)."""
+    builtin = {name: get_method(name) for name in BUILTIN_METHODS}
+    return {**builtin, **METHODS}
 
 
 def multitask_methods() -> list[str]:
     """The methods a multitask run may train its chosen tasks with (`Method.multitask`)."""
-    return [name for name, method in METHODS.items() if method.multitask]
+    return [name for name, method in every_method().items() if method.multitask]
 
 
 def option_owners() -> dict[str, str]:
     """{option: the methods that read it}, over every registered method: what a key that is not the run's own
     method's option is (`FinetuneConfig.foreign`)."""
-    return option_readers("method", ((m.name, m.options) for m in METHODS.values()))
+    return option_readers("method", ((m.name, m.options) for m in every_method().values()))
 
 
-register(Method("vanilla", "plain fine-tuning (Devlin et al. 2019)", multitask=True))
-register(Method("ssaf", "sparsegen-lin attention in every head (Cui et al. 2019)", ssaf.SSAFOptions,
-                encoder_overrides=ssaf.encoder_config))
-register(Method("asa", "adversarial self-attention (Wu et al. 2023)", asa.ASAOptions,
-                build_model=asa.build_asa, clip_scope=asa.clipped_parameters, families=tuple(asa.ASA_MODELS)))
-register(Method("bernoulli-mask", "random attention masks, ASA's baseline (Wu et al. 2023)", asa.BernoulliOptions,
-                build_model=asa.build_bernoulli_mask, families=tuple(asa.ASA_MODELS)))
-register(Method("ssa-co", "self-supervised attention, co-training (Kou et al. 2020)", ssa.SSAOptions,
-                build_model=ssa.build_ssa_co, epoch_data=ssa.ssa_epoch_data, token_labels=True,
-                families=(SENTENCE,), multitask=True))
-register(Method("ssa-hybrid", "self-supervised attention with importance pooling (Kou et al. 2020)",
-                ssa.SSAHybridOptions, build_model=ssa.build_ssa_hybrid, epoch_data=ssa.ssa_epoch_data,
-                token_labels=True, families=(SENTENCE,), multitask=True))
-register(Method("bert-mask", "masked copies with their gold labels, SSA's baseline (Kou et al. 2020)",
-                ssa.SamplerOptions, epoch_data=ssa.bert_mask_epoch_data, families=(SENTENCE,), multitask=True))
-register(Method("mean-pool", "vanilla with the head on the mean token vector, not [CLS] (a control)",
-                build_model=lambda cfg, encoder, task, tokenizer: MeanPoolClassifier(
-                    encoder, task.num_labels, cfg.classifier_dropout), families=(SENTENCE,), multitask=True))
+# The built-in methods: each entry builds its method, importing its module, the first time it is asked for.
+
+def _vanilla() -> Method:
+    return Method("vanilla", "plain fine-tuning (Devlin et al. 2019)", multitask=True)
+
+
+def _ssaf() -> Method:
+    from course_lib.methods import ssaf
+    return Method("ssaf", "sparsegen-lin attention in every head (Cui et al. 2019)", ssaf.SSAFOptions,
+                  encoder_overrides=ssaf.encoder_config)
+
+
+def _asa() -> Method:
+    from course_lib.methods import asa
+    return Method("asa", "adversarial self-attention (Wu et al. 2023)", asa.ASAOptions, build_model=asa.build_asa,
+                  clip_scope=asa.clipped_parameters, families=tuple(asa.ASA_MODELS))
+
+
+def _bernoulli_mask() -> Method:
+    from course_lib.methods import asa
+    return Method("bernoulli-mask", "random attention masks, ASA's baseline (Wu et al. 2023)", asa.BernoulliOptions,
+                  build_model=asa.build_bernoulli_mask, families=tuple(asa.ASA_MODELS))
+
+
+def _ssa_co() -> Method:
+    from course_lib.methods import ssa
+    return Method("ssa-co", "self-supervised attention, co-training (Kou et al. 2020)", ssa.SSAOptions,
+                  build_model=ssa.build_ssa_co, epoch_data=ssa.ssa_epoch_data, token_labels=True,
+                  families=("sentence",), multitask=True)
+
+
+def _ssa_hybrid() -> Method:
+    from course_lib.methods import ssa
+    return Method("ssa-hybrid", "self-supervised attention with importance pooling (Kou et al. 2020)",
+                  ssa.SSAHybridOptions, build_model=ssa.build_ssa_hybrid, epoch_data=ssa.ssa_epoch_data,
+                  token_labels=True, families=("sentence",), multitask=True)
+
+
+def _bert_mask() -> Method:
+    from course_lib.methods import ssa
+    return Method("bert-mask", "masked copies with their gold labels, SSA's baseline (Kou et al. 2020)",
+                  ssa.SamplerOptions, epoch_data=ssa.bert_mask_epoch_data, families=("sentence",), multitask=True)
+
+
+def _mean_pool() -> Method:
+    return Method("mean-pool", "vanilla with the head on the mean token vector, not [CLS] (a control)",
+                  build_model=lambda cfg, encoder, task, tokenizer: MeanPoolClassifier(
+                      encoder, task.num_labels, cfg.classifier_dropout), families=("sentence",), multitask=True)
+
+
+BUILTIN_METHODS: dict[str, Callable[[], Method]] = {
+    "vanilla": _vanilla, "ssaf": _ssaf, "asa": _asa, "bernoulli-mask": _bernoulli_mask, "ssa-co": _ssa_co,
+    "ssa-hybrid": _ssa_hybrid, "bert-mask": _bert_mask, "mean-pool": _mean_pool}

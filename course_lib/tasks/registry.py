@@ -6,8 +6,14 @@ model's outputs become predictions, how predictions are scored, and how they are
 leaderboard. A task is a named preset of one family (GLUE's SST-2 is one of the sentence family). The training
 code has no `if task == ...`: a new family is its own module plus one `register_family` line here.
 
-    sentence   classification or regression of a sentence or a pair (GLUE)     tasks/sentence.py, tasks/glue.py
-    span_qa    span question answering (SQuAD v1.1, v2.0)                     tasks/span_qa.py, tasks/squad.py
+    sentence          classification or regression of a sentence or a pair     tasks/sentence.py, glue.py,
+                                                                               sentence_files.py, cs224n.py
+    span_qa           span question answering (SQuAD v1.1, v2.0)               tasks/span_qa.py, tasks/squad.py
+    tagging           a tag per word (WNUT-17, CoNLL-2003)                     tasks/tagging.py
+    multiple_choice   one of several answers (DREAM, HellaSWAG, SWAG)          tasks/multiple_choice.py
+
+The built-in families and presets are declared below but loaded on first use: a run on SST-2 imports the
+sentence family's modules, never SQuAD's reader. Listing them all (`every_family`, `every_task`) loads them all.
 
 A run asks for its task through `run_task(cfg)`: the preset bound to the run's files and options (`--train-file`,
 `--data-dir`, ...). `--task custom --task-type T` is the run's own files, of the family that T names.
@@ -15,11 +21,10 @@ A run asks for its task through `run_task(cfg)`: the preset bound to the run's f
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from course_lib.config import NoOptions, Validated, option_readers
 from course_lib.errors import UsageError, choice_error, find_named
-from course_lib.tasks import cs224n, glue, multiple_choice, sentence, sentence_files, span_qa, squad, tagging
 
 
 @dataclass(frozen=True)
@@ -63,12 +68,19 @@ class TaskFamily:
     percent_scores: bool = False
 
 
-FAMILIES: dict[str, TaskFamily] = {}
+FAMILIES: dict[str, TaskFamily] = {}  # what is loaded so far; every_family() loads the built-in ones
 TASKS: dict[str, object] = {}  # name -> preset; each preset has .name, .family, .dev_splits, .num_labels,
 #   .is_regression, .max_len, .metrics (its main metric first), and .bind(cfg), the preset a run reads
 
 
 def register_family(family: TaskFamily) -> TaskFamily:
+    """Add a family under its name; a second, different family of the same name (a built-in's too) is refused."""
+    if family.name in BUILTIN_FAMILIES:
+        get_family(family.name)
+    return _add_family(family)
+
+
+def _add_family(family: TaskFamily) -> TaskFamily:
     if FAMILIES.get(family.name, family) is not family:
         raise ValueError(f"a task family named {family.name!r} is registered already")
     FAMILIES[family.name] = family
@@ -76,21 +88,47 @@ def register_family(family: TaskFamily) -> TaskFamily:
 
 
 def register_task(task) -> None:
-    """Add a preset under its name; its family must be registered first."""
+    """Add a preset under its name; its family must be registered (or built in)."""
     get_family(task.family)
+    _add_task(task)
+
+
+def _add_task(task) -> None:
     if TASKS.get(task.name, task) is not task:
         raise ValueError(f"a task named {task.name!r} is registered already")
     TASKS[task.name] = task
 
 
 def get_family(name: str) -> TaskFamily:
+    if name not in FAMILIES and name in BUILTIN_FAMILIES:
+        _add_family(BUILTIN_FAMILIES[name]())
     if name not in FAMILIES:
-        raise choice_error("task family", name, FAMILIES)
+        raise choice_error("task family", name, every_family())
     return FAMILIES[name]
 
 
-TASK_TYPES = {"classification": sentence.SENTENCE, "regression": sentence.SENTENCE, "tagging": tagging.TAGGING,
-              "multiple-choice": multiple_choice.MULTIPLE_CHOICE}  # --task-type -> its family
+def every_family() -> dict[str, TaskFamily]:
+    """Every family, the built-in ones first in their order here (loading those not loaded yet)."""
+    builtin = {name: get_family(name) for name in BUILTIN_FAMILIES}
+    return {**builtin, **FAMILIES}
+
+
+def _load_presets(until: Callable[[], bool]) -> None:
+    """Register the built-in presets, one module's at a time in their order here, until `until()` holds."""
+    while _PENDING_PRESETS and not until():
+        for task in _PENDING_PRESETS.pop(0)():  # known families: checked by tests/test_tasks.py
+            _add_task(task)
+            _BUILTIN_TASKS.append(task.name)
+
+
+def every_task() -> dict[str, object]:
+    """Every preset, the built-in ones first in their order here (loading those not loaded yet)."""
+    _load_presets(until=lambda: False)
+    return {**{name: TASKS[name] for name in _BUILTIN_TASKS if name in TASKS}, **TASKS}
+
+
+TASK_TYPES = {"classification": "sentence", "regression": "sentence", "tagging": "tagging",
+              "multiple-choice": "multiple_choice"}  # --task-type -> its family
 
 
 @dataclass(frozen=True)
@@ -129,36 +167,104 @@ def family_of(task: str, task_type: str | None) -> TaskFamily:
 
 def family_option_owners() -> dict[str, str]:
     """{option: the task families that read it}: what a key of another family's options is to a run."""
-    return option_readers("task family", ((f.name, f.options) for f in FAMILIES.values()))
+    return option_readers("task family", ((f.name, f.options) for f in every_family().values()))
+
+
+def _key(name: str) -> str:
+    return name.lower().replace("-", "")
 
 
 def get_task(name: str):
     """A preset of any family by name, ignoring case and dashes, so 'SST-2', 'sst2' and 'STS-B' work."""
-    return find_named("task", name, TASKS)
+    def known() -> bool:
+        return any(_key(entry) == _key(name) for entry in TASKS)
+
+    _load_presets(until=known)
+    return find_named("task", name, TASKS if known() else every_task())
 
 
-register_family(TaskFamily(
-    sentence.SENTENCE, "classification or regression of a sentence or a pair",
-    read=sentence.read, encode=sentence.encode, collate=sentence.collate, build_head=sentence.plain_head,
-    decode=sentence.decode, score=sentence.score, write_predictions=sentence.write_predictions,
-    predictions_suffix="tsv", custom=sentence_files.custom, options=sentence.SentenceFileOptions))
-register_family(TaskFamily(
-    span_qa.SPAN_QA, "span question answering: the answer is a span of the context",
-    read=span_qa.read, encode=span_qa.encode, collate=squad.collate_squad, build_head=span_qa.plain_head,
-    decode=span_qa.decode, score=span_qa.score, write_predictions=span_qa.write_predictions,
-    predictions_suffix="json", options=span_qa.SpanQAOptions, percent_scores=True))
-register_family(TaskFamily(
-    tagging.TAGGING, "token tagging: a tag per word (named entities), scored by entity",
-    read=tagging.read, encode=tagging.encode, collate=tagging.collate, build_head=tagging.plain_head,
-    decode=tagging.decode, score=tagging.score, write_predictions=tagging.write_predictions,
-    predictions_suffix="conll", length=tagging.length, custom=tagging.custom, options=tagging.TaggingFileOptions))
-register_family(TaskFamily(
-    multiple_choice.MULTIPLE_CHOICE, "multiple choice: one (context, choice) pair encoded per choice",
-    read=multiple_choice.read, encode=multiple_choice.encode, collate=multiple_choice.collate,
-    build_head=multiple_choice.plain_head, decode=multiple_choice.decode, score=multiple_choice.score,
-    write_predictions=multiple_choice.write_predictions, predictions_suffix="tsv", length=multiple_choice.length,
-    custom=multiple_choice.custom))
-for _task in (*glue.GLUE_TASKS.values(), *span_qa.SQUAD_TASKS, *sentence_files.PRESETS, *tagging.PRESETS,
-              *multiple_choice.PRESETS, *cs224n.PRESETS):
-    register_task(_task)
-TASKS[CustomTask.name] = CustomTask()  # bound by --task-type to a family (run_task)
+def find_task(name: str):
+    """The preset of that name, or None (a results table reading a run of a task it does not know)."""
+    try:
+        return get_task(name)
+    except UsageError:
+        return None
+
+
+# The built-in families: each entry builds its family, importing its modules, the first time it is asked for.
+
+def _sentence_family() -> TaskFamily:
+    from course_lib.tasks import sentence, sentence_files
+    return TaskFamily(
+        sentence.SENTENCE, "classification or regression of a sentence or a pair",
+        read=sentence.read, encode=sentence.encode, collate=sentence.collate, build_head=sentence.plain_head,
+        decode=sentence.decode, score=sentence.score, write_predictions=sentence.write_predictions,
+        predictions_suffix="tsv", custom=sentence_files.custom, options=sentence.SentenceFileOptions)
+
+
+def _span_qa_family() -> TaskFamily:
+    from course_lib.tasks import span_qa, squad
+    return TaskFamily(
+        span_qa.SPAN_QA, "span question answering: the answer is a span of the context",
+        read=span_qa.read, encode=span_qa.encode, collate=squad.collate_squad, build_head=span_qa.plain_head,
+        decode=span_qa.decode, score=span_qa.score, write_predictions=span_qa.write_predictions,
+        predictions_suffix="json", options=span_qa.SpanQAOptions, percent_scores=True)
+
+
+def _tagging_family() -> TaskFamily:
+    from course_lib.tasks import tagging
+    return TaskFamily(
+        tagging.TAGGING, "token tagging: a tag per word (named entities), scored by entity",
+        read=tagging.read, encode=tagging.encode, collate=tagging.collate, build_head=tagging.plain_head,
+        decode=tagging.decode, score=tagging.score, write_predictions=tagging.write_predictions,
+        predictions_suffix="conll", length=tagging.length, custom=tagging.custom, options=tagging.TaggingFileOptions)
+
+
+def _multiple_choice_family() -> TaskFamily:
+    from course_lib.tasks import multiple_choice as mc
+    return TaskFamily(
+        mc.MULTIPLE_CHOICE, "multiple choice: one (context, choice) pair encoded per choice",
+        read=mc.read, encode=mc.encode, collate=mc.collate, build_head=mc.plain_head, decode=mc.decode,
+        score=mc.score, write_predictions=mc.write_predictions, predictions_suffix="tsv", length=mc.length,
+        custom=mc.custom)
+
+
+BUILTIN_FAMILIES: dict[str, Callable[[], TaskFamily]] = {
+    "sentence": _sentence_family, "span_qa": _span_qa_family, "tagging": _tagging_family,
+    "multiple_choice": _multiple_choice_family}
+
+
+def _glue_presets() -> Iterable:
+    from course_lib.tasks import glue
+    return glue.GLUE_TASKS.values()
+
+
+def _squad_presets() -> Iterable:
+    from course_lib.tasks import span_qa
+    return span_qa.SQUAD_TASKS
+
+
+def _file_presets() -> Iterable:
+    from course_lib.tasks import sentence_files
+    return sentence_files.PRESETS
+
+
+def _tagging_presets() -> Iterable:
+    from course_lib.tasks import tagging
+    return tagging.PRESETS
+
+
+def _multiple_choice_presets() -> Iterable:
+    from course_lib.tasks import multiple_choice
+    return multiple_choice.PRESETS
+
+
+def _cs224n_presets() -> Iterable:
+    from course_lib.tasks import cs224n
+    return cs224n.PRESETS
+
+
+_PENDING_PRESETS: list[Callable[[], Iterable]] = [  # the built-in presets' modules, in listing order
+    _glue_presets, _squad_presets, _file_presets, _tagging_presets, _multiple_choice_presets, _cs224n_presets,
+    lambda: (CustomTask(),)]  # custom last: bound by --task-type to a family (run_task)
+_BUILTIN_TASKS: list[str] = []  # their names, as loaded

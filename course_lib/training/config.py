@@ -14,11 +14,10 @@ from typing import ClassVar
 from course_lib.errors import UsageError, choice_error
 
 from course_lib.config import Validated, fraction, non_negative, optional_positive, positive, unit_interval
-from course_lib.methods.registry import METHODS, get_method, multitask_methods, option_owners
+from course_lib.methods.registry import every_method, get_method, multitask_methods, option_owners
 from course_lib.methods.pretraining import PRETRAIN_METHODS, get_pretrain_method, pretrain_option_owners
 from course_lib.model.config import MIXED_PRECISION
-from course_lib.tasks.registry import FAMILIES, TASK_TYPES, TASKS, family_of, family_option_owners, get_task
-from course_lib.tasks.span_qa import SpanQAOptions
+from course_lib.tasks.registry import TASK_TYPES, every_family, every_task, family_of, family_option_owners, get_family, get_task
 
 NONFINITE_LOSS = ("stop", "skip")  # what a NaN or infinite loss does to the run
 COMPILE = ("off", "default", "graphs")  # how the model runs: eagerly, torch.compile'd, or also as CUDA graphs
@@ -115,11 +114,18 @@ class FinetuneConfig(TrainingRunConfig):
 
     @classmethod
     def option_classes(cls) -> list[type]:
-        return list(dict.fromkeys([*(m.options for m in METHODS.values()), *(f.options for f in FAMILIES.values())]))
+        return list(dict.fromkeys([*(m.options for m in every_method().values()), *(f.options for f in every_family().values())]))
 
     @classmethod
-    def foreign(cls, values: dict) -> dict[str, str]:
-        return {**option_owners(), **family_option_owners()}
+    def carried_classes(cls) -> list[type]:  # a notebook carries other methods' options, no family's
+        return list(dict.fromkeys(m.options for m in every_method().values()))
+
+    @classmethod
+    def foreign(cls, values: dict | None) -> dict[str, str]:
+        owners = option_owners()
+        if values is None or set(values) - set(owners) - set(cls.__dataclass_fields__):  # another family's?
+            owners.update(family_option_owners())  # (this loads every family)
+        return owners
 
     def unset(self) -> "FinetuneConfig":  # max_len's default is the task's (SQuAD: 384)
         return FinetuneConfig(task=self.task, task_type=self.task_type, method=self.method)
@@ -226,7 +232,7 @@ class MultitaskConfig(TrainingRunConfig):
     use_gpu: bool = False  # the course's flag: insist on a CUDA GPU (without it a GPU is still used when present)
     options: Validated | None = None  # `ssa_method`'s options, for the tasks in `ssa` (None: its defaults); flat in
     #   from_dict, to_dict, the command line and metrics.json
-    span_qa_options: SpanQAOptions | None = None  # the span-QA family's options, for a span-QA task among
+    span_qa_options: Validated | None = None  # the span-QA family's options, for a span-QA task among
     #   `tasks` (None: their defaults); flat as options. The other families' options describe custom files,
     #   which a multitask run does not take
     carried: dict = field(default_factory=dict, compare=False, metadata={"saved": False})  # other methods'
@@ -236,11 +242,11 @@ class MultitaskConfig(TrainingRunConfig):
     @classmethod
     def nested(cls, values: dict) -> dict[str, type]:
         return {"options": get_method(values.get("ssa_method", cls.ssa_method)).options,
-                "span_qa_options": SpanQAOptions}
+                "span_qa_options": get_family("span_qa").options}
 
     @classmethod
     def option_classes(cls) -> list[type]:
-        return list(dict.fromkeys([*(get_method(m).options for m in multitask_methods()), SpanQAOptions]))
+        return list(dict.fromkeys([*(get_method(m).options for m in multitask_methods()), get_family("span_qa").options]))
 
     @classmethod
     def foreign(cls, values: dict) -> dict[str, str]:
@@ -349,8 +355,8 @@ def field_choices(cls) -> dict[str, tuple[str, ...]]:
     """The valid names of the fields that take one: validate() checks them, --help lists them. A config class's
     own `choices` (a method's options) and, for the run configs, the registries' names."""
     per_class = {
-        FinetuneConfig: {"task": tuple(TASKS), "task_type": tuple(TASK_TYPES), "method": tuple(METHODS)},
-        MultitaskConfig: {"tasks": tuple(t for t in TASKS if t != "custom"), "schedule": MULTITASK_SCHEDULES,
+        FinetuneConfig: {"task": tuple(every_task()), "task_type": tuple(TASK_TYPES), "method": tuple(every_method())},
+        MultitaskConfig: {"tasks": tuple(t for t in every_task() if t != "custom"), "schedule": MULTITASK_SCHEDULES,
                           "pair_encoding": PAIR_ENCODINGS, "option": COURSE_OPTIONS},
         PretrainConfig: {"method": tuple(PRETRAIN_METHODS)},
     }

@@ -32,7 +32,6 @@ from torch import nn
 
 from course_lib.methods.registry import get_method
 from course_lib.model.pair_heads import SeparatePairClassifier, encode_separately
-from course_lib.tasks import batching
 from course_lib.tasks.cs224n import CourseTask
 from course_lib.tasks.registry import get_family, get_task, run_task
 from course_lib.tasks.span_qa import SPAN_QA
@@ -41,74 +40,10 @@ from course_lib.errors import UsageError
 from course_lib.model.heads import ClassifierOutput, SequenceClassifier
 from course_lib.training.compiled import check_compile, step_collate
 from course_lib.training.loop import Job, TrainingLoop, add_stats, finished_run, open_run, present_stats
+from course_lib.training.task_schedules import epoch_plan, schedule_alpha
 from course_lib.repro import METRICS, WEIGHTS, atomic_write, remove_stale_temporaries, seed_everything
 from course_lib.training.finetune import batch_loss, build_classifier, dev_entry, epoch_features, task_examples
 from course_lib.model.weights import check_runnable, load_pretrained
-
-_SCHEDULE_STREAM = 1  # keeps the schedule's random numbers apart from epoch_batches' (seed, epoch) stream
-
-
-# ----------------------------------------------------------------------------------------------
-# Which task each step trains
-
-
-def schedule_alpha(schedule: str, epoch: int, epochs: int, alpha_end: float = 0.2) -> float:
-    """The exponent α of task sampling, p_k ∝ N_k^α (Stickland & Murray 2019, "BERT and PALs", Sec. 4).
-
-    α = 0 is uniform (round robin), α = 1 proportional to dataset size. Annealed sampling lowers α linearly
-    from 1 in the first epoch to `alpha_end` in the last (theirs: α = 1 - 0.8 (e - 1)/(E - 1), alpha_end 0.2):
-    big tasks dominate early, and small tasks get more of the last epochs instead of being forgotten.
-    """
-    if schedule == "round_robin":
-        return 0.0
-    if schedule == "proportional" or epochs == 1:
-        return 1.0
-    return 1.0 - (1.0 - alpha_end) * epoch / (epochs - 1)
-
-
-def task_schedule(schedule: str, num_batches: list[int], seed: int, epoch: int, epochs: int,
-                  alpha_end: float = 0.2) -> list[int]:
-    """The task index of every step of one epoch; an epoch is as many steps as all tasks have batches, S.
-
-    round_robin cycles 0, 1, ..., K-1: equal steps per task, small tasks repeating their data. proportional
-    and annealed give task k the share N_k^α / Σ N^α of the S steps (N_k in batches; largest-remainder
-    rounding), in a random order. Taking the expected counts exactly, rather than drawing every step
-    independently as the paper does, keeps a short run's task mix free of sampling noise; with α = 1 every
-    batch of every task is trained exactly once an epoch. A pure function of (seed, epoch), for resume.
-    """
-    total, K = sum(num_batches), len(num_batches)
-    if schedule == "round_robin":
-        return [step % K for step in range(total)]
-    weights = np.asarray(num_batches, dtype=float) ** schedule_alpha(schedule, epoch, epochs, alpha_end)
-    quotas = total * weights / weights.sum()
-    counts = np.floor(quotas).astype(int)
-    counts[np.argsort(counts - quotas, kind="stable")[: total - counts.sum()]] += 1  # largest remainders
-    rng = np.random.default_rng([seed % 2**64, epoch, _SCHEDULE_STREAM])
-    return rng.permutation(np.repeat(np.arange(K), counts)).tolist()
-
-
-def epoch_plan(schedule: str, lengths: list[list[int]], batch_size: int, seed: int, epoch: int, epochs: int,
-               alpha_end: float = 0.2, bucket: bool = False) -> list[tuple[int, list[int]]]:
-    """The epoch's steps as (task index, rows of that task's epoch features).
-
-    Task k reads an endless stream of shuffled passes over its data (pass p batched by batching.epoch_batches with
-    seed + k and 'epoch' p), each epoch going on where the last one stopped; so with one task the batches are
-    exactly finetune's. An SSA task's features are relabelled every epoch: its rows index the current list.
-    """
-    sizes = [math.ceil(len(lens) / batch_size) for lens in lengths]
-    read = [0] * len(sizes)  # batches each task has read before this epoch
-    for past in range(epoch):
-        for k in task_schedule(schedule, sizes, seed, past, epochs, alpha_end):
-            read[k] += 1
-    passes, plan = {}, []
-    for k in task_schedule(schedule, sizes, seed, epoch, epochs, alpha_end):
-        p, j = divmod(read[k], sizes[k])
-        if (k, p) not in passes:
-            passes[k, p] = batching.epoch_batches(lengths[k], batch_size, seed + k, p, shuffle=True, bucket=bucket)
-        plan.append((k, passes[k, p][j]))
-        read[k] += 1
-    return plan
-
 
 # ----------------------------------------------------------------------------------------------
 # The model

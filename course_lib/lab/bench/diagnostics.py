@@ -38,7 +38,7 @@ import torch
 
 from course_lib.tasks import batching, glue, sentence
 from course_lib.training.config import FinetuneConfig
-from course_lib.methods.registry import METHODS, get_method
+from course_lib.methods.registry import every_method, get_method
 from course_lib.tasks.metrics import paired_t_test
 from course_lib.repro import atomic_write, progress, write_json
 
@@ -322,7 +322,7 @@ def main(args) -> None:
     """`bench diagnostics`: run (or read back) every run, then print the tables or JSON."""
     from course_lib.errors import UsageError
 
-    methods = [m.strip() for m in (args.methods or ",".join(METHODS)).split(",") if m.strip()]
+    methods = [m.strip() for m in (args.methods or ",".join(every_method())).split(",") if m.strip()]
     for m in methods:
         get_method(m)  # an unknown name: one line naming the registered ones
     try:

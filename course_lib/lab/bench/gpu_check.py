@@ -79,7 +79,7 @@ def vocabulary(size: int) -> list[str]:
         words = (default_model_dir() / "vocab.txt").read_text(encoding="utf-8").splitlines()
         if len(words) == size:
             return words
-    from course_lib.training.pretrain import generated_corpus
+    from course_lib.training.mlm_data import generated_corpus
 
     letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
     found = sorted({w for line in generated_corpus(2000) for w in line.split()})
@@ -112,7 +112,7 @@ def write_generated_glue(folder: Path, train_rows: int = 256, dev_rows: int = 64
     shipped=True: a link to the repository's real copy for the tasks data/glue holds (SST-2, CoLA, ...)."""
     from course_lib.tasks.glue import GLUE_TASKS
     from course_lib.tasks.local_data import shipped_folder
-    from course_lib.training.pretrain import generated_corpus
+    from course_lib.training.mlm_data import generated_corpus
 
     rng = random.Random(seed)
     lines = generated_corpus(4 * (train_rows + dev_rows))
@@ -284,14 +284,14 @@ def one_run(run, describe) -> dict:
 def methods(model_dir: Path, glue_dir: Path, work: Path, shape: str, device) -> dict:
     """Each fine-tuning method (2 epochs, so SSA's per-epoch relabelling runs) and MLM/AG pre-training."""
     from course_lib.training.config import FinetuneConfig, PretrainConfig
-    from course_lib.methods.registry import METHODS
+    from course_lib.methods.registry import every_method
     from course_lib.training.pretrain import pretrain
     from course_lib.training.finetune import finetune
 
     precision = "bf16" if device.type == "cuda" else "no"
     batch = 32 if shape == "base" else 8
     rows = {}
-    for method in METHODS:
+    for method in every_method():
         cfg = FinetuneConfig(task="sst2", model=str(model_dir), glue_dir=str(glue_dir), method=method,
                              output_dir=str(work / "methods" / method), max_train_samples=3 * batch,
                              max_eval_samples=32, epochs=2, max_len=128, batch_size=batch,

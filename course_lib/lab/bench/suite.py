@@ -200,11 +200,11 @@ def text_lines(glue_dir: str | None = None) -> tuple[list[str], str]:
     """Real-ish sentences: SST-2's training set from glue_dir, $GLUE_DIR or data/glue, else pretrain's generated
     corpus."""
     from course_lib.tasks import glue, local_data
-    from course_lib.training.pretrain import generated_corpus
+    from course_lib.training.mlm_data import generated_corpus
 
     glue_dir = local_data.data_folder("GLUE_DIR", glue_dir)
     if glue_dir is None:
-        return generated_corpus(), "generated corpus (course_lib.training.pretrain.generated_corpus)"
+        return generated_corpus(), "generated corpus (course_lib.training.mlm_data.generated_corpus)"
     return [ex.texts[0] for ex in glue.load_split("sst2", "train", glue_dir)], f"SST-2 train ({glue_dir})"
 
 
@@ -268,7 +268,7 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
     `loop.guarded_step` on one batch of `seq_len` real tokens per row. The learning rate is 0, as on the
     first step of the real warmup schedule, so the weights stay put and every round times the same work.
     AG is a pre-training method: the MLM + AG step against the plain MLM step of `pretrain.pretrain`, on one
-    small model (`PretrainConfig`'s defaults, blocks packed by `pretrain.pack_blocks`, masks by `mask_tokens`).
+    small model (`PretrainConfig`'s defaults, blocks packed by `mlm_data.pack_blocks`, masks by `mask_tokens`).
 
     SSA's label generation goes through `finetune.epoch_features` (probes by `finetune.predict`, labels by
     `ssa.ssa_epoch_features`, the cache written and read back) for an epoch of `epoch_examples` sentences at
@@ -349,7 +349,8 @@ def _pretrain_contestants(pcfg, lines: list[str], tokenizer, accelerator, steps:
     return the batch's shape."""
     from course_lib.methods.ag import ag_scale_at
     from course_lib.training.loop import param_groups
-    from course_lib.training.pretrain import build_mlm_model, mask_tokens, pack_blocks, pad_blocks, step_generator
+    from course_lib.training.mlm_data import mask_tokens, pack_blocks, pad_blocks, step_generator
+    from course_lib.training.pretrain import build_mlm_model
     from course_lib.repro import seed_everything
 
     seed_everything(pcfg.seed)
