@@ -16,7 +16,8 @@ import re
 import sys
 import typing
 
-from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, field_choices, field_docs
+from course_lib.config import field_docs
+from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, field_choices
 from course_lib.errors import Parser, UsageError, report_errors
 from course_lib.fast.allocator import keep_freed_memory, memory_mode
 
@@ -57,7 +58,7 @@ def alias(name: str) -> int:
 
 
 def _option_help(doc: str, choices: tuple[str, ...]) -> str:
-    """The field's comment, plus its valid names unless the comment already lists them all ('%' escaped for
+    """The field's help text, plus its valid names unless the text already lists them all ('%' escaped for
     argparse, which formats help text with %-style; the default is added by ArgumentDefaultsHelpFormatter)."""
     if choices and not all(re.search(rf"(?<![\w-]){re.escape(c)}(?![\w-])", doc) for c in choices):
         doc = f"{doc} (valid: {', '.join(choices)})"
@@ -65,7 +66,7 @@ def _option_help(doc: str, choices: tuple[str, ...]) -> str:
 
 
 def _add_field(parser, config_cls, f, hints: dict, docs: dict, choices: dict, given_only: bool = False) -> None:
-    """One option for one field, its help read from the field's comment, with its choices and default.
+    """One option for one field, its help read from the field's metadata, with its choices and default.
     given_only: absent from the parsed options unless given (a method's options: from_dict refuses another
     method's, so only what the command line names may reach it)."""
     kinds = [t for t in (typing.get_args(hints[f.name]) or (hints[f.name],)) if t is not type(None)]

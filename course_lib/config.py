@@ -205,6 +205,20 @@ class Validated:
         return type(self)()
 
 
+def described(*default_and_help, **field_options) -> dataclasses.Field:
+    """A config field with its --help text beside its default: `lr: float = described(2e-5, "peak learning rate")`,
+    or `described("help", default_factory=dict)`. The text lives in the field's metadata, where the command line
+    reads it (`field_docs`)."""
+    *default, help_text = default_and_help
+    metadata = {**field_options.pop("metadata", {}), "help": help_text}
+    return dataclasses.field(**({"default": default[0]} if default else {}), metadata=metadata, **field_options)
+
+
+def field_docs(cls) -> dict[str, str]:
+    """Each field's help text (`described`), by name; a subclass that declares a field again wins."""
+    return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}
+
+
 @dataclasses.dataclass
 class NoOptions(Validated):
     """The options of a method or a task family that has none (vanilla; multiple choice)."""

@@ -15,7 +15,8 @@ import torch
 from course_lib import cli
 from course_lib.lab import notebooks
 from course_lib.model.config import BertConfig, check_mixed_precision
-from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, TrainingRunConfig, field_docs
+from course_lib.config import field_docs
+from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, TrainingRunConfig
 from course_lib.errors import UsageError, yaml_float_hint
 from course_lib.tasks.glue import GLUE_TASKS
 from course_lib.tasks.registry import every_task

@@ -32,7 +32,7 @@ def blocks(section: str) -> list[str]:
 
 
 def import_block(code: str, name: str, folder: Path):
-    """The block as the user's own module, imported (its dataclasses' comments are then --help text)."""
+    """The block as the user's own module, imported (its dataclasses' help texts are then --help text)."""
     path = folder / f"{name}.py"
     path.write_text(code)
     spec = importlib.util.spec_from_file_location(name, path)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from course_lib.cli import main
-from course_lib.config import Validated, positive
+from course_lib.config import Validated, described, positive
 from course_lib.errors import UsageError
 from course_lib.methods.registry import get_method
 from course_lib.tasks import glue, sentence
@@ -41,7 +41,7 @@ def test_a_glue_preset_refuses_the_options_of_a_custom_sentence_file():
 class LengthOptions(Validated):
     """The toy family's option."""
 
-    long_from: int = 7  # a sentence of this many words or more is long
+    long_from: int = described(7, "a sentence of this many words or more is long")
 
     def validate(self) -> None:
         positive(self, "long_from")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from course_lib.cli import main
-from course_lib.config import Validated, unit_interval
+from course_lib.config import Validated, described, unit_interval
 from course_lib.methods.registry import METHODS, Method, register
 from course_lib.tasks.sentence import plain_head
 
@@ -16,7 +16,7 @@ from course_lib.tasks.sentence import plain_head
 class ShrinkOptions(Validated):
     """The toy's options."""
 
-    shrink_factor: float = 1.0  # multiply the pretrained word embeddings by this before fine-tuning
+    shrink_factor: float = described(1.0, "multiply the pretrained word embeddings by this before fine-tuning")
 
     def validate(self) -> None:
         unit_interval(self, "shrink_factor")

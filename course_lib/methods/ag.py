@@ -28,7 +28,7 @@ from typing import ClassVar, Iterable, Sequence
 
 import torch
 
-from course_lib.config import Validated, non_negative
+from course_lib.config import Validated, described, non_negative
 from course_lib.model.attention import at_least_fp32
 from course_lib.errors import UsageError, choice_error
 
@@ -42,9 +42,9 @@ class GuidanceOptions(Validated):
     """The patterns a pre-training run's heads are scored against on the held-out blocks (an MLM run's too: how
     far its unguided heads are from them) and that AG trains them towards."""
 
-    ag_head_types: str = "0,1,1,4"  # head counts for identity,next,prev,first[,delim,period], or names
-    ag_reduction: str = "mean"  # mean (authors' code) | frobenius (paper)
-    ag_boundary: str = "uniform"  # last [Next] / first [Prev] row uniform (paper) | zero (code)
+    ag_head_types: str = described("0,1,1,4", "head counts for identity,next,prev,first[,delim,period], or names")
+    ag_reduction: str = described("mean", "mean (authors' code) | frobenius (paper)")
+    ag_boundary: str = described("uniform", "last [Next] / first [Prev] row uniform (paper) | zero (code)")
 
     choices: ClassVar[dict] = {"ag_reduction": REDUCTIONS, "ag_boundary": BOUNDARIES}
 
@@ -57,8 +57,8 @@ class GuidanceOptions(Validated):
 class AGOptions(GuidanceOptions):
     """AG's options: the patterns, and the weight alpha_t of L_AG in the training loss."""
 
-    ag_scale: float = 10.0  # alpha_0 (paper: 10 for 12/16 layers, 100 for 8; code default 10)
-    ag_plateau_steps: int = 0  # steps at alpha_0 before the linear decay (the code: 20000)
+    ag_scale: float = described(10.0, "alpha_0 (paper: 10 for 12/16 layers, 100 for 8; code default 10)")
+    ag_plateau_steps: int = described(0, "steps at alpha_0 before the linear decay (the code: 20000)")
 
     def validate(self) -> None:
         non_negative(self, "ag_scale", "ag_plateau_steps")

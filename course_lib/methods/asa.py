@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.config import Validated, fraction, non_negative
+from course_lib.config import Validated, described, fraction, non_negative
 from course_lib.model.attention import ScoreCut, at_least_fp32
 from course_lib.model.heads import (IGNORE_INDEX, ClassifierOutput, MultipleChoiceHead, SequenceClassifier,
                                     SpanHead, TokenClassifier)
@@ -365,12 +365,15 @@ class TwoPassOptions(Validated):
     """What ASA and its Bernoulli baseline share: how the two passes' outputs are compared, and what a fully cut
     row does."""
 
-    asa_tagging_divergence: str = "window-sum"  # on tagging: window-sum = the authors' code (each token's
-    #   divergence summed over the window, padding included); word-mean = averaged over the scored words
-    asa_regression_divergence: str = "batch-softmax"  # on a regression task (STS-B): batch-softmax = the authors'
-    #   code (a softmax of the scores across the batch, symmetric KL); squared = the squared difference
-    asa_cut_row: str = "uniform"  # a row whose real keys are all cut becomes uniform over every position, padding
-    #   included (uniform, the authors' code) or keeps its clean attention (clean)
+    asa_tagging_divergence: str = described("window-sum",
+        "on tagging: window-sum = the authors' code (each token's divergence summed over the window, padding "
+        "included); word-mean = averaged over the scored words")
+    asa_regression_divergence: str = described("batch-softmax",
+        "on a regression task (STS-B): batch-softmax = the authors' code (a softmax of the scores across the batch, "
+        "symmetric KL); squared = the squared difference")
+    asa_cut_row: str = described("uniform",
+        "a row whose real keys are all cut becomes uniform over every position, padding included (uniform, the "
+        "authors' code) or keeps its clean attention (clean)")
 
     choices = {"asa_tagging_divergence": tuple(TAGGING_DIVERGENCES),
                "asa_regression_divergence": tuple(REGRESSION_DIVERGENCES), "asa_cut_row": tuple(CUT_ROWS)}
@@ -390,10 +393,11 @@ class TwoPassOptions(Validated):
 class ASAOptions(TwoPassOptions):
     """`--method asa`'s options (Wu et al. 2023)."""
 
-    asa_tau: float = 0.3  # keep-count penalty weight, applied as tau^2 (Wu et al. 2023, Table 5: 0.3)
-    asa_noise: str = "none"  # none = the authors' deterministic step; logistic = binary Concrete sample
-    asa_clip_scope: str = "learner"  # which parameters the gradient clip covers: learner = encoder and head, as
-    #   vanilla's; all = the adversaries too (this project's ASA runs before 2026-11-26)
+    asa_tau: float = described(0.3, "keep-count penalty weight, applied as tau^2 (Wu et al. 2023, Table 5: 0.3)")
+    asa_noise: str = described("none", "none = the authors' deterministic step; logistic = binary Concrete sample")
+    asa_clip_scope: str = described("learner",
+        "which parameters the gradient clip covers: learner = encoder and head, as vanilla's; all = the adversaries "
+        "too (this project's ASA runs before 2026-11-26)")
 
     choices = {**TwoPassOptions.choices, "asa_noise": NOISES, "asa_clip_scope": CLIP_SCOPES}
     saved_before = {**TwoPassOptions.saved_before, "asa_clip_scope": "all"}
@@ -406,7 +410,7 @@ class ASAOptions(TwoPassOptions):
 class BernoulliOptions(TwoPassOptions):
     """`--method bernoulli-mask`'s options: ASA's loss with random masks (Wu et al. 2023, Table 3)."""
 
-    bernoulli_p: float = 0.1  # probability of cutting each attention unit (paper: 0.05, 0.1)
+    bernoulli_p: float = described(0.1, "probability of cutting each attention unit (paper: 0.05, 0.1)")
 
     def validate(self) -> None:
         fraction(self, "bernoulli_p")

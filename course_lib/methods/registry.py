@@ -45,7 +45,8 @@ class Method:
     instance of the method's `options` class.
 
     options: the method's own options, a Validated dataclass (defaults, ranges, `choices`, `saved_before` and
-    a comment per field, which --help shows); the command line, grids and metrics.json name its fields flat.
+    a help text per field (`described`), which --help shows); the command line, grids and metrics.json name its
+    fields flat.
     build_model(cfg, encoder, task, tokenizer): the task model for the run's bound task (its family, its
     num_labels), whose forward returns the method's loss; None: the task family's plain head
     (`TaskFamily.build_head`).

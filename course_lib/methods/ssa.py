@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.config import Validated, fraction, unit_interval
+from course_lib.config import Validated, described, fraction, unit_interval
 from course_lib.tasks.batching import special_token_ids
 from course_lib.model.heads import ClassifierOutput, SequenceClassifier
 
@@ -325,8 +325,9 @@ LABEL_MODES = ("code", "paper")  # whose token labels: the authors' code's or th
 class SamplerOptions(Validated):
     """`--method bert-mask`'s option, the sampler of the masked copies; SSA's probes use it too."""
 
-    ssa_sampler: str = "authors"  # authors = the authors' masking sampler (float quartiles, so short segments
-    #   are masked less; probes that mask nothing kept as all-ones copies); rounded = ours before
+    ssa_sampler: str = described("authors",
+        "authors = the authors' masking sampler (float quartiles, so short segments are masked less; probes that mask "
+        "nothing kept as all-ones copies); rounded = ours before")
 
     choices = {"ssa_sampler": tuple(SAMPLERS)}
     saved_before = {"ssa_sampler": "rounded"}  # what runs saved before the option did
@@ -336,15 +337,18 @@ class SamplerOptions(Validated):
 class SSAOptions(SamplerOptions):
     """`--method ssa-co`'s options (Kou et al. 2020), also a multitask run's for its SSA tasks."""
 
-    ssa_target_weight: float = 0.7  # alpha, loss = alpha L_target + (1 - alpha) L_SSA (Kou et al. 2020)
-    ssa_label_mode: str = "code"  # code = the authors' labels (default); paper = the paper's
-    ssa_share_weight: bool = True  # one token-head output layer for every position (False: per position)
-    ssa_head_init: str = "bert"  # the token head's init: bert = N(0, 0.02), zero bias, each position its own
-    #   draw (the authors'); torch = PyTorch's default for the dense layer, one draw copied to every position
-    ssa_first_epoch_loss: bool = True  # code labels: epoch 1 trains the token head on all-ones labels (the
-    #   authors' code); False leaves epoch 1 to the task loss, until probed labels exist
-    ssa_probe_bf16: bool = False  # probe under bfloat16 autocast (about 2x faster on CPUs with AVX512-BF16 or
-    #   AMX, and on GPUs); a borderline prediction may then differ from the fp32 probe's
+    ssa_target_weight: float = described(0.7, "alpha, loss = alpha L_target + (1 - alpha) L_SSA (Kou et al. 2020)")
+    ssa_label_mode: str = described("code", "code = the authors' labels (default); paper = the paper's")
+    ssa_share_weight: bool = described(True, "one token-head output layer for every position (False: per position)")
+    ssa_head_init: str = described("bert",
+        "the token head's init: bert = N(0, 0.02), zero bias, each position its own draw (the authors'); torch = "
+        "PyTorch's default for the dense layer, one draw copied to every position")
+    ssa_first_epoch_loss: bool = described(True,
+        "code labels: epoch 1 trains the token head on all-ones labels (the authors' code); False leaves epoch 1 to "
+        "the task loss, until probed labels exist")
+    ssa_probe_bf16: bool = described(False,
+        "probe under bfloat16 autocast (about 2x faster on CPUs with AVX512-BF16 or AMX, and on GPUs); a borderline "
+        "prediction may then differ from the fp32 probe's")
 
     choices = {**SamplerOptions.choices, "ssa_label_mode": LABEL_MODES, "ssa_head_init": tuple(HEAD_INITS)}
     saved_before = {**SamplerOptions.saved_before, "ssa_head_init": "torch"}
@@ -357,8 +361,8 @@ class SSAOptions(SamplerOptions):
 class SSAHybridOptions(SSAOptions):
     """`--method ssa-hybrid`'s options: SSA-Co's and the pooling layer's."""
 
-    ssa_cls_weight: float = 0.5  # beta, the pooled [CLS] share of the SSA layer (paper Eq. 1)
-    ssa_threshold: float = 0.3  # tokens with importance below this are left out of the pooling
+    ssa_cls_weight: float = described(0.5, "beta, the pooled [CLS] share of the SSA layer (paper Eq. 1)")
+    ssa_threshold: float = described(0.3, "tokens with importance below this are left out of the pooling")
 
     def validate(self) -> None:
         super().validate()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from course_lib.config import Validated
+from course_lib.config import Validated, described
 from course_lib.errors import UsageError
 from course_lib.model.attention import sparsity
 
@@ -24,7 +24,7 @@ PAPER_LAMBDA = {"sst2": -4.0, "sst5": -3.0, "semeval2013": -3.0, "scitail": -6.0
 class SSAFOptions(Validated):
     """`--method ssaf`'s option."""
 
-    sparsegen_lambda: float = -4.0  # sparsegen-lin's lambda (Cui et al. 2019 use -4 on SST-2); must be < 1
+    sparsegen_lambda: float = described(-4.0, "sparsegen-lin's lambda (Cui et al. 2019 use -4 on SST-2); must be < 1")
 
     def validate(self) -> None:
         if not self.sparsegen_lambda < 1:

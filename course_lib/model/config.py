@@ -5,7 +5,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from course_lib.config import Validated, fraction, positive
+from course_lib.config import Validated, described, fraction, positive
 from course_lib.errors import UsageError
 
 MIXED_PRECISION = ("no", "fp16", "bf16")  # accelerate's autocast modes; fp16 needs a CUDA GPU
@@ -26,8 +26,8 @@ class BertConfig(Validated):
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
-    attn_normalizer: str = "softmax"  # row normaliser, a name in course_lib.model.attention.NORMALIZERS
-    sparsegen_lambda: float = 0.0  # sparsegen-lin's lambda (SSAF, Cui et al. 2019); must be < 1
+    attn_normalizer: str = described("softmax", "row normaliser, a name in course_lib.model.attention.NORMALIZERS")
+    sparsegen_lambda: float = described(0.0, "sparsegen-lin's lambda (SSAF, Cui et al. 2019); must be < 1")
 
     def validate(self) -> None:
         from course_lib.model.attention import NORMALIZERS  # late import: attention imports nothing from here

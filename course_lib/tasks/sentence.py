@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from course_lib.config import Validated
+from course_lib.config import Validated, described
 from course_lib.errors import UsageError
 from course_lib.model.heads import SequenceClassifier
 from course_lib.repro import atomic_write
@@ -26,10 +26,12 @@ class SentenceFileOptions(Validated):
     """What a run's own sentence files hold (`--task custom`, `sentence_files.custom`): a preset knows its columns
     and labels, so it refuses these rather than ignore them (`refuse_for`)."""
 
-    text_columns: str | None = None  # sentence files: the text column, or two for a pair ("sentence1,sentence2")
-    label_column: str | None = None  # sentence files: the label column (default "label")
-    labels: str | None = None  # custom files: the label set, comma list (None: the training file's; for
-    #   classification sorted, numbers as numbers; for tagging O, then B-type and I-type of every type it tags)
+    text_columns: str | None = described(None,
+        'sentence files: the text column, or two for a pair ("sentence1,sentence2")')
+    label_column: str | None = described(None, 'sentence files: the label column (default "label")')
+    labels: str | None = described(None,
+        "custom files: the label set, comma list (None: the training file's; for classification sorted, numbers as "
+        "numbers; for tagging O, then B-type and I-type of every type it tags)")
 
     def refuse_for(self, preset: str, columns: tuple[str, ...]) -> None:
         """One line naming the first option given, for a preset that reads its own `columns`."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from course_lib.config import Validated, positive
+from course_lib.config import Validated, described, positive
 from course_lib.errors import UsageError
 from course_lib.model.heads import SpanHead
 from course_lib.tasks import squad
@@ -24,8 +24,8 @@ SPAN_QA = "span_qa"
 class SpanQAOptions(Validated):
     """How a span-QA run cuts its inputs (BERT's run_squad.py names both)."""
 
-    doc_stride: int = 128  # span QA: context tokens shared by consecutive windows over a long paragraph
-    max_query_length: int = 64  # span QA: question tokens kept; longer questions are cut
+    doc_stride: int = described(128, "span QA: context tokens shared by consecutive windows over a long paragraph")
+    max_query_length: int = described(64, "span QA: question tokens kept; longer questions are cut")
 
     def validate(self) -> None:
         positive(self, "doc_stride", "max_query_length")

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
 
-from course_lib.config import Validated
+from course_lib.config import Validated, described
 from course_lib.errors import UsageError
 from course_lib.model.heads import IGNORE_INDEX, TokenClassifier
 from course_lib.repro import atomic_write
@@ -38,8 +38,9 @@ EXPECTED_LINE = "expected 'token ... tag'"
 class TaggingFileOptions(Validated):
     """The label set of a run's own CoNLL files (`--task custom --task-type tagging`); a preset's is fixed."""
 
-    labels: str | None = None  # custom files: the label set, comma list (None: the training file's; for
-    #   classification sorted, numbers as numbers; for tagging O, then B-type and I-type of every type it tags)
+    labels: str | None = described(None,
+        "custom files: the label set, comma list (None: the training file's; for classification sorted, numbers as "
+        "numbers; for tagging O, then B-type and I-type of every type it tags)")
 
 
 @dataclass(frozen=True)

@@ -1,23 +1,18 @@
-"""The run configurations (`FinetuneConfig`, `MultitaskConfig`, `PretrainConfig`), validated once, and what
---help says about each field."""
+"""The run configurations (`FinetuneConfig`, `MultitaskConfig`, `PretrainConfig`), validated once; each field
+carries its --help text (`described`)."""
 from __future__ import annotations
 
-import ast
-import dataclasses
-import functools
-import inspect
-import io
-import tokenize
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 from course_lib.errors import UsageError, choice_error
 
-from course_lib.config import Validated, fraction, non_negative, optional_positive, positive, unit_interval
+from course_lib.config import Validated, described, fraction, non_negative, optional_positive, positive, unit_interval
 from course_lib.methods.registry import every_method, get_method, multitask_methods, option_owners
 from course_lib.methods.pretraining import PRETRAIN_METHODS, get_pretrain_method, pretrain_option_owners
 from course_lib.model.config import MIXED_PRECISION
-from course_lib.tasks.registry import TASK_TYPES, every_family, every_task, family_of, family_option_owners, get_family, get_task
+from course_lib.tasks.registry import (TASK_TYPES, every_family, every_task, family_of, family_option_owners,
+                                      get_family, get_task)
 
 NONFINITE_LOSS = ("stop", "skip")  # what a NaN or infinite loss does to the run
 COMPILE = ("off", "default", "graphs")  # how the model runs: eagerly, torch.compile'd, or also as CUDA graphs
@@ -43,32 +38,38 @@ class TrainingRunConfig(Validated):
     their own options. A field means the same in both; in a multitask run it applies to each task.
     """
 
-    model: str | None = None  # None: the packaged MiniLM; else a Hugging Face BERT folder or hub id
-    glue_dir: str | None = None  # None: $GLUE_DIR, else data/glue, else the nyu-mll/glue dataset when online
-    max_train_samples: int | None = None  # train on a seeded random subset of this many examples, per task (None: all)
-    max_eval_samples: int | None = None  # evaluate on a seeded random subset of each dev split (None: all)
-    epochs: int = 3  # passes over the training data
-    max_len: int | None = None  # tokens per example, [CLS] and [SEP] included; longer ones are cut (span QA:
-    #   windowed). None: the task's own, 128 for GLUE (384 for SQuAD)
-    batch_size: int = 32  # examples per optimiser step (the global batch, over all processes), of one task in multitask
-    eval_batch_size: int = 128  # examples per forward pass when evaluating
-    lr: float = 2e-5  # peak learning rate of AdamW
-    weight_decay: float = 0.01  # AdamW's decoupled weight decay; biases and LayerNorm are not decayed
-    warmup_ratio: float = 0.1  # share of the steps the learning rate rises linearly, then decays to 0
-    max_grad_norm: float = 1.0  # clip the gradient's global norm to this (0: no clipping)
-    classifier_dropout: float = 0.1  # dropout before the classifier head (each task's, in a multitask run)
-    bucket_by_length: bool = False  # batch examples of similar length together: less padding, faster on CPUs
-    seed: int = 0  # seeds the heads, dropout, subsets, batch order and a multitask run's task schedule
-    save_every: int = 0  # also checkpoint every N optimiser steps (0: end of each epoch only)
-    keep_checkpoint: bool = False  # keep checkpoint.pt (optimiser state too) after the run completes
-    mixed_precision: str = "no"  # accelerate's autocast; fp16 needs a CUDA GPU, bf16 also runs on CPUs
-    on_nonfinite_loss: str = "stop"  # stop: fail keeping the last good checkpoint; skip: drop that step
-    fast_kernels: bool = True  # swap the CPU kernels in (course_lib.fast.optimize): same function, faster;
-    #   dropout masks are drawn another way, so runs with and without differ by their draws
-    log_every: int = 50  # read the loss and the method's statistics from the device every N steps (the bar shows
-    #   their mean; a non-finite loss is caught there); steps in between never wait for the GPU
-    compile: str = "off"  # off | default: torch.compile the model | graphs: also CUDA graphs, batches padded to
-    #   a few fixed lengths (GPU only); see docs/speed.md for what each method needs
+    model: str | None = described(None, "None: the packaged MiniLM; else a Hugging Face BERT folder or hub id")
+    glue_dir: str | None = described(None, "None: $GLUE_DIR, else data/glue, else the nyu-mll/glue dataset when online")
+    max_train_samples: int | None = described(None,
+        "train on a seeded random subset of this many examples, per task (None: all)")
+    max_eval_samples: int | None = described(None, "evaluate on a seeded random subset of each dev split (None: all)")
+    epochs: int = described(3, "passes over the training data")
+    max_len: int | None = described(None,
+        "tokens per example, [CLS] and [SEP] included; longer ones are cut (span QA: windowed). None: the task's own, "
+        "128 for GLUE (384 for SQuAD)")
+    batch_size: int = described(32,
+        "examples per optimiser step (the global batch, over all processes), of one task in multitask")
+    eval_batch_size: int = described(128, "examples per forward pass when evaluating")
+    lr: float = described(2e-5, "peak learning rate of AdamW")
+    weight_decay: float = described(0.01, "AdamW's decoupled weight decay; biases and LayerNorm are not decayed")
+    warmup_ratio: float = described(0.1, "share of the steps the learning rate rises linearly, then decays to 0")
+    max_grad_norm: float = described(1.0, "clip the gradient's global norm to this (0: no clipping)")
+    classifier_dropout: float = described(0.1, "dropout before the classifier head (each task's, in a multitask run)")
+    bucket_by_length: bool = described(False, "batch examples of similar length together: less padding, faster on CPUs")
+    seed: int = described(0, "seeds the heads, dropout, subsets, batch order and a multitask run's task schedule")
+    save_every: int = described(0, "also checkpoint every N optimiser steps (0: end of each epoch only)")
+    keep_checkpoint: bool = described(False, "keep checkpoint.pt (optimiser state too) after the run completes")
+    mixed_precision: str = described("no", "accelerate's autocast; fp16 needs a CUDA GPU, bf16 also runs on CPUs")
+    on_nonfinite_loss: str = described("stop", "stop: fail keeping the last good checkpoint; skip: drop that step")
+    fast_kernels: bool = described(True,
+        "swap the CPU kernels in (course_lib.fast.optimize): same function, faster; dropout masks are drawn another "
+        "way, so runs with and without differ by their draws")
+    log_every: int = described(50,
+        "read the loss and the method's statistics from the device every N steps (the bar shows their mean; a "
+        "non-finite loss is caught there); steps in between never wait for the GPU")
+    compile: str = described("off",
+        "off | default: torch.compile the model | graphs: also CUDA graphs, batches padded to a few fixed lengths (GPU"
+        " only); see docs/speed.md for what each method needs")
 
     def validate(self) -> None:
         positive(self, "epochs", "max_len", "batch_size", "eval_batch_size", "lr")
@@ -82,21 +83,27 @@ class TrainingRunConfig(Validated):
 class FinetuneConfig(TrainingRunConfig):
     """One GLUE fine-tuning run. Defaults follow the BERT paper's recipe (Devlin et al. 2019, App. A.3)."""
 
-    task: str = "sst2"  # the task to fine-tune on: a preset of a task family (GLUE tasks are the sentence family)
-    task_type: str | None = None  # --task custom only: classification, regression, tagging or multiple-choice
-    train_file: str | None = None  # replaces the task preset's training data (span QA: a SQuAD JSON file)
-    validation_file: str | None = None  # replaces the preset's dev data (span QA: a SQuAD JSON file)
-    test_file: str | None = None  # a labelled test split, scored like dev (replaces a preset's test data)
-    data_dir: str | None = None  # a preset's folder of files (None: its variable, e.g. $WNUT17_DIR, else the hub)
-    output_dir: str = "runs/finetune"  # checkpoints, weights and metrics.json; a rerun resumes from here
-    method: str = "vanilla"  # the attention method fine-tuned, a name in the method registry (vanilla: plain BERT)
-    options: Validated | None = None  # the method's own options, an instance of its registry entry's `options`
-    #   class (None: their defaults); flat in from_dict, to_dict, the command line and metrics.json
-    task_options: Validated | None = None  # the task family's own options (span QA's strides, a custom file's
-    #   columns), an instance of its registry entry's `options` class (None: their defaults); flat as `options`
-    carried: dict = field(default_factory=dict, compare=False, metadata={"saved": False})  # other methods'
-    #   options, carried by a notebook's grid base to the runs of those methods (from_params); never read by this
-    #   run, never saved
+    task: str = described("sst2",
+        "the task to fine-tune on: a preset of a task family (GLUE tasks are the sentence family)")
+    task_type: str | None = described(None,
+        "--task custom only: classification, regression, tagging or multiple-choice")
+    train_file: str | None = described(None, "replaces the task preset's training data (span QA: a SQuAD JSON file)")
+    validation_file: str | None = described(None, "replaces the preset's dev data (span QA: a SQuAD JSON file)")
+    test_file: str | None = described(None, "a labelled test split, scored like dev (replaces a preset's test data)")
+    data_dir: str | None = described(None,
+        "a preset's folder of files (None: its variable, e.g. $WNUT17_DIR, else the hub)")
+    output_dir: str = described("runs/finetune", "checkpoints, weights and metrics.json; a rerun resumes from here")
+    method: str = described("vanilla",
+        "the attention method fine-tuned, a name in the method registry (vanilla: plain BERT)")
+    options: Validated | None = described(None,
+        "the method's own options, an instance of its registry entry's `options` class (None: their defaults); flat in"
+        " from_dict, to_dict, the command line and metrics.json")
+    task_options: Validated | None = described(None,
+        "the task family's own options (span QA's strides, a custom file's columns), an instance of its registry "
+        "entry's `options` class (None: their defaults); flat as `options`")
+    carried: dict = described(
+        "other methods' options, carried by a notebook's grid base to the runs of those methods (from_params); never "
+        "read by this run, never saved", default_factory=dict, compare=False, metadata={"saved": False})
 
     def validate(self) -> None:
         task = get_task(self.task)
@@ -114,7 +121,8 @@ class FinetuneConfig(TrainingRunConfig):
 
     @classmethod
     def option_classes(cls) -> list[type]:
-        return list(dict.fromkeys([*(m.options for m in every_method().values()), *(f.options for f in every_family().values())]))
+        classes = [*(m.options for m in every_method().values()), *(f.options for f in every_family().values())]
+        return list(dict.fromkeys(classes))
 
     @classmethod
     def carried_classes(cls) -> list[type]:  # a notebook carries other methods' options, no family's
@@ -141,39 +149,46 @@ class PretrainConfig(Validated):
     The method's options (`options`, from its entry in `methods.pretraining`) are flat outside Python.
     """
 
-    method: str = "mlm"  # the pre-training method, a name in methods.pretraining: mlm | ag
-    tokenizer: str | None = None  # the vocabulary: a BERT folder (or one with only its tokenizer files) or hub id;
-    #   None: the packaged MiniLM's. The new model's size is set below; only the tokenizer is taken from here
-    corpus: str | None = None  # a text file, one sentence or paragraph a line; None: see glue_dir
-    glue_dir: str | None = None  # without corpus: GLUE sentences from here, $GLUE_DIR or data/glue, else generated
-    output_dir: str = "runs/pretrain"  # checkpoints, the trained model folder and metrics.json; reruns resume
-    max_steps: int = 300  # optimiser steps of the run
-    max_len: int = 64  # tokens per block; lines are packed whole into blocks
-    batch_size: int = 32  # blocks per optimiser step
-    eval_blocks: int = 64  # held-out blocks scored every eval_every steps, with fixed masks
-    eval_every: int = 50  # also the checkpoint interval
-    log_every: int = 10  # train loss curve: mean over each window of this many steps, read from the device then
-    lr: float = 1e-4  # peak learning rate of AdamW
-    warmup_steps: int = 0  # steps the learning rate rises linearly, then decays linearly to 0
-    weight_decay: float = 0.0  # AdamW's decoupled weight decay; biases and LayerNorm are not decayed
-    max_grad_norm: float = 1.0  # clip the gradient's global norm to this (0: no clipping)
-    mlm_probability: float = 0.15  # share of real tokens predicted: 80% [MASK], 10% random, 10% kept
-    num_layers: int = 4  # encoder layers of the new model
-    hidden_size: int = 128  # its width d
-    num_heads: int = 8  # its attention heads; must divide hidden_size
-    intermediate_size: int = 512  # its feed-forward width
-    hidden_dropout: float = 0.1  # dropout on embeddings and sub-layer outputs
-    attention_dropout: float = 0.1  # dropout on the attention probabilities
-    seed: int = 0  # seeds the initial weights, masks, held-out blocks and batch order
-    keep_checkpoint: bool = False  # keep checkpoint.pt (optimiser state too) after the run completes
-    mixed_precision: str = "no"  # accelerate's autocast; fp16 needs a CUDA GPU, bf16 also runs on CPUs
-    on_nonfinite_loss: str = "stop"  # stop: fail keeping the last good checkpoint; skip: drop that step
-    fast_kernels: bool = True  # swap the CPU kernels in (course_lib.fast.optimize): same function, faster;
-    #   dropout masks are drawn another way, so runs with and without differ by their draws
-    compile: str = "off"  # off | default: torch.compile the model | graphs: also CUDA graphs (GPU only)
-    options: Validated | None = None  # the method's options (None: their defaults): the patterns, and AG's scale
-    carried: dict = field(default_factory=dict, compare=False, metadata={"saved": False})  # AG's options given
-    #   to an MLM run's grid base (a notebook's), carried to the grid's AG runs; never read by this run, never saved
+    method: str = described("mlm", "the pre-training method, a name in methods.pretraining: mlm | ag")
+    tokenizer: str | None = described(None,
+        "the vocabulary: a BERT folder (or one with only its tokenizer files) or hub id; None: the packaged MiniLM's. "
+        "The new model's size is set below; only the tokenizer is taken from here")
+    corpus: str | None = described(None, "a text file, one sentence or paragraph a line; None: see glue_dir")
+    glue_dir: str | None = described(None,
+        "without corpus: GLUE sentences from here, $GLUE_DIR or data/glue, else generated")
+    output_dir: str = described("runs/pretrain",
+        "checkpoints, the trained model folder and metrics.json; reruns resume")
+    max_steps: int = described(300, "optimiser steps of the run")
+    max_len: int = described(64, "tokens per block; lines are packed whole into blocks")
+    batch_size: int = described(32, "blocks per optimiser step")
+    eval_blocks: int = described(64, "held-out blocks scored every eval_every steps, with fixed masks")
+    eval_every: int = described(50, "also the checkpoint interval")
+    log_every: int = described(10,
+        "train loss curve: mean over each window of this many steps, read from the device then")
+    lr: float = described(1e-4, "peak learning rate of AdamW")
+    warmup_steps: int = described(0, "steps the learning rate rises linearly, then decays linearly to 0")
+    weight_decay: float = described(0.0, "AdamW's decoupled weight decay; biases and LayerNorm are not decayed")
+    max_grad_norm: float = described(1.0, "clip the gradient's global norm to this (0: no clipping)")
+    mlm_probability: float = described(0.15, "share of real tokens predicted: 80% [MASK], 10% random, 10% kept")
+    num_layers: int = described(4, "encoder layers of the new model")
+    hidden_size: int = described(128, "its width d")
+    num_heads: int = described(8, "its attention heads; must divide hidden_size")
+    intermediate_size: int = described(512, "its feed-forward width")
+    hidden_dropout: float = described(0.1, "dropout on embeddings and sub-layer outputs")
+    attention_dropout: float = described(0.1, "dropout on the attention probabilities")
+    seed: int = described(0, "seeds the initial weights, masks, held-out blocks and batch order")
+    keep_checkpoint: bool = described(False, "keep checkpoint.pt (optimiser state too) after the run completes")
+    mixed_precision: str = described("no", "accelerate's autocast; fp16 needs a CUDA GPU, bf16 also runs on CPUs")
+    on_nonfinite_loss: str = described("stop", "stop: fail keeping the last good checkpoint; skip: drop that step")
+    fast_kernels: bool = described(True,
+        "swap the CPU kernels in (course_lib.fast.optimize): same function, faster; dropout masks are drawn another "
+        "way, so runs with and without differ by their draws")
+    compile: str = described("off", "off | default: torch.compile the model | graphs: also CUDA graphs (GPU only)")
+    options: Validated | None = described(None,
+        "the method's options (None: their defaults): the patterns, and AG's scale")
+    carried: dict = described(
+        "AG's options given to an MLM run's grid base (a notebook's), carried to the grid's AG runs; never read by "
+        "this run, never saved", default_factory=dict, compare=False, metadata={"saved": False})
 
     def validate(self) -> None:
         self.fill_nested()  # the method's options
@@ -216,27 +231,37 @@ class MultitaskConfig(TrainingRunConfig):
     thing, per task.
     """
 
-    tasks: str | None = None  # comma list of task presets, one head each (None: sst2,rte,stsb; with --cs224n:
-    #   cs224n_sst,cs224n_para,cs224n_sts; e.g. sst2,qqp,stsb or cs224n_sst,cs224n_para,cs224n_sts,squad_v2)
-    output_dir: str = "runs/multitask"  # checkpoints, weights and metrics.json; a rerun resumes from here
-    schedule: str = "proportional"  # which task each step trains: round_robin | proportional | annealed
-    schedule_alpha_end: float = 0.2  # annealed: sampling exponent of the last epoch (Stickland & Murray: 0.2)
-    ssa: str = "none"  # tasks trained with `ssa_method`, SSA-Co's token loss by default: none | all | a comma list
-    ssa_method: str = "ssa-co"  # the registry method of the tasks in `ssa`; the others are vanilla
-    cs224n: bool = False  # the CS224N default project: its three tasks from --data-dir, its model interface, and
-    #   predictions/{sst,para,sts}-{dev,test}-output.csv in the output folder
-    data_dir: str | None = None  # the course's data folder (None: $CS224N_DATA_DIR), or another preset's folder
-    pair_encoding: str | None = None  # separate: each sentence of a pair encoded alone, a head on both [CLS]
-    #   (the course's); cross: one sequence [CLS] a [SEP] b [SEP] (BERT's). None: separate with --cs224n, else cross
-    option: str = "finetune"  # the course's --option: finetune trains everything; pretrain freezes the encoder
-    use_gpu: bool = False  # the course's flag: insist on a CUDA GPU (without it a GPU is still used when present)
-    options: Validated | None = None  # `ssa_method`'s options, for the tasks in `ssa` (None: its defaults); flat in
-    #   from_dict, to_dict, the command line and metrics.json
-    span_qa_options: Validated | None = None  # the span-QA family's options, for a span-QA task among
-    #   `tasks` (None: their defaults); flat as options. The other families' options describe custom files,
-    #   which a multitask run does not take
-    carried: dict = field(default_factory=dict, compare=False, metadata={"saved": False})  # other methods'
-    #   options, carried by a notebook's grid base to the runs of those methods (from_params); never read, never saved
+    tasks: str | None = described(None,
+        "comma list of task presets, one head each (None: sst2,rte,stsb; with --cs224n: "
+        "cs224n_sst,cs224n_para,cs224n_sts; e.g. sst2,qqp,stsb or cs224n_sst,cs224n_para,cs224n_sts,squad_v2)")
+    output_dir: str = described("runs/multitask", "checkpoints, weights and metrics.json; a rerun resumes from here")
+    schedule: str = described("proportional", "which task each step trains: round_robin | proportional | annealed")
+    schedule_alpha_end: float = described(0.2,
+        "annealed: sampling exponent of the last epoch (Stickland & Murray: 0.2)")
+    ssa: str = described("none",
+        "tasks trained with `ssa_method`, SSA-Co's token loss by default: none | all | a comma list")
+    ssa_method: str = described("ssa-co", "the registry method of the tasks in `ssa`; the others are vanilla")
+    cs224n: bool = described(False,
+        "the CS224N default project: its three tasks from --data-dir, its model interface, and "
+        "predictions/{sst,para,sts}-{dev,test}-output.csv in the output folder")
+    data_dir: str | None = described(None,
+        "the course's data folder (None: $CS224N_DATA_DIR), or another preset's folder")
+    pair_encoding: str | None = described(None,
+        "separate: each sentence of a pair encoded alone, a head on both [CLS] (the course's); cross: one sequence "
+        "[CLS] a [SEP] b [SEP] (BERT's). None: separate with --cs224n, else cross")
+    option: str = described("finetune",
+        "the course's --option: finetune trains everything; pretrain freezes the encoder")
+    use_gpu: bool = described(False,
+        "the course's flag: insist on a CUDA GPU (without it a GPU is still used when present)")
+    options: Validated | None = described(None,
+        "`ssa_method`'s options, for the tasks in `ssa` (None: its defaults); flat in from_dict, to_dict, the command "
+        "line and metrics.json")
+    span_qa_options: Validated | None = described(None,
+        "the span-QA family's options, for a span-QA task among `tasks` (None: their defaults); flat as options. The "
+        "other families' options describe custom files, which a multitask run does not take")
+    carried: dict = described(
+        "other methods' options, carried by a notebook's grid base to the runs of those methods (from_params); never "
+        "read, never saved", default_factory=dict, compare=False, metadata={"saved": False})
     saved_before: ClassVar[dict] = {**TrainingRunConfig.saved_before, "ssa_method": "ssa-co"}  # --ssa was SSA-Co
 
     @classmethod
@@ -246,7 +271,8 @@ class MultitaskConfig(TrainingRunConfig):
 
     @classmethod
     def option_classes(cls) -> list[type]:
-        return list(dict.fromkeys([*(get_method(m).options for m in multitask_methods()), get_family("span_qa").options]))
+        classes = [*(get_method(m).options for m in multitask_methods()), get_family("span_qa").options]
+        return list(dict.fromkeys(classes))
 
     @classmethod
     def foreign(cls, values: dict) -> dict[str, str]:
@@ -311,44 +337,7 @@ MULTITASK_SCHEDULES = ("round_robin", "proportional", "annealed")
 
 
 # ----------------------------------------------------------------------------------------------
-# What --help says about each field
-
-
-@functools.cache
-def field_docs(cls) -> dict[str, str]:
-    """Each field's trailing `# ...` comment, with the `#   ...` lines that continue it, by field name.
-
-    The comments stay the one place a field is documented, beside its default; the CLI reads them for its
-    --help instead of keeping a second copy that would drift. Inherited fields (FinetuneConfig's from
-    TrainingRunConfig) are documented where they are declared; a subclass that declares a field again wins.
-    """
-    docs = {}
-    for klass in reversed(cls.__mro__):
-        if dataclasses.is_dataclass(klass):
-            docs.update(_declared_field_docs(klass))
-    return docs
-
-
-@functools.cache
-def _declared_field_docs(cls) -> dict[str, str]:
-    """field_docs of the fields declared in cls's own body."""
-    try:
-        source = inspect.getsource(cls)
-    except (OSError, TypeError):  # installed without its .py sources: options keep their defaults, no text
-        return {}
-    comments = {tok.start[0]: tok.string.lstrip("#").strip()
-                for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
-    lines = source.splitlines()
-    docs = {}
-    for node in ast.parse(source).body[0].body:
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            row = node.end_lineno  # 1-based, so lines[row] is the line below the field
-            parts = [comments.get(row, "")]
-            while row < len(lines) and lines[row].strip().startswith("#"):
-                parts.append(comments[row + 1])
-                row += 1
-            docs[node.target.id] = " ".join(p for p in parts if p)
-    return docs
+# What --help lists for the fields that take one of a few names
 
 
 def field_choices(cls) -> dict[str, tuple[str, ...]]:
