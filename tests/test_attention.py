@@ -99,7 +99,7 @@ def test_attend_fast_path_equals_reference():
 
 def test_model_with_sparse_attention_gives_sparse_maps():
     cfg = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                     intermediate_size=64, attn_normalizer="sparsegen_lin", sparsegen_lambda=0.0)
+                     intermediate_size=64, attn_normalizer="sparsegen_lin", attn_normalizer_params={"lam": 0.0})
     model = BertModel(cfg).eval()
     ids = torch.randint(1, 100, (3, 12))
     mask = torch.ones_like(ids)

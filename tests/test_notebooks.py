@@ -2,6 +2,7 @@
 line, and the batch runner (papermill through the sweep) resumes after a kill. nbval runs the notebooks
 themselves (pyproject's addopts); here a tiny fixture notebook shows what nbval catches."""
 import ast
+import importlib.util
 import json
 import os
 import signal
@@ -233,3 +234,15 @@ def test_notebook_grids_expand_and_dry_run(grid, runs, tmp_path, capsys):
         hours = yaml.safe_load(path.read_text())["gpu_hours"]
         assert f"estimated GPU hours (the grid file's estimate, one GPU): {sum(hours.values()):.1f}" in out
         assert all(r.config.preset == "paper" for r in expanded)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_notebooks_first_cell_loads_the_lesson_only(name):
+    """The first cell holds the imports a notebook's derivations use: none of the lab (grids, the collector, the
+    benchmarks), which the cell that runs the experiment imports. `ci/first_cells.py` prints the line counts."""
+    spec = importlib.util.spec_from_file_location("first_cells", ROOT / "ci" / "first_cells.py")
+    first_cells = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(first_cells)
+    loaded = first_cells.loaded_lines(notebook_params.NOTEBOOK_DIR / f"{name}.ipynb")
+    assert "course_lib.notebook_params" in loaded  # the cell ran: it makes the notebook's `Notebook`
+    assert not [m for m in loaded if m.startswith("course_lib.lab")]

@@ -32,8 +32,8 @@ class SSAFOptions(Validated):
 
 
 def encoder_overrides(sparsegen_lambda: float) -> dict:
-    """BertConfig fields that turn a pretrained BERT into an SSAF model."""
-    return {"attn_normalizer": "sparsegen_lin", "sparsegen_lambda": sparsegen_lambda}
+    """BertConfig fields that turn a pretrained BERT into an SSAF model: the normaliser and its lambda."""
+    return {"attn_normalizer": "sparsegen_lin", "attn_normalizer_params": {"lam": sparsegen_lambda}}
 
 
 @torch.no_grad()

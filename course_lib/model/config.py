@@ -27,11 +27,14 @@ class BertConfig(Validated):
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
     attn_normalizer: str = described("softmax", "row normaliser, a name in course_lib.model.attention.NORMALIZERS")
-    sparsegen_lambda: float = described(0.0, "sparsegen-lin's lambda (SSAF, Cui et al. 2019); must be < 1")
+    attn_normalizer_params: dict = described(
+        "the normaliser's own keyword arguments, e.g. sparsegen-lin's {'lam': -4.0} (SSAF, Cui et al. 2019)",
+        default_factory=dict)
 
     def validate(self) -> None:
-        from course_lib.model.attention import NORMALIZERS  # late import: attention imports nothing from here
-        from course_lib.errors import choice_error
+        import torch
+
+        from course_lib.model.attention import get_normalizer  # late import: attention imports nothing from here
 
         positive(self, "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                   "intermediate_size", "max_position_embeddings", "type_vocab_size")
@@ -39,14 +42,16 @@ class BertConfig(Validated):
         if self.hidden_size % self.num_attention_heads:
             raise UsageError(f"hidden_size {self.hidden_size} is not divisible by "
                              f"num_attention_heads {self.num_attention_heads}")
-        if self.attn_normalizer not in NORMALIZERS:
-            raise choice_error("attention normaliser", self.attn_normalizer, NORMALIZERS)
-        if not self.sparsegen_lambda < 1:
-            raise UsageError(f"sparsegen_lambda must be < 1, got {self.sparsegen_lambda!r}")
+        normalize = get_normalizer(self.attn_normalizer, **self.attn_normalizer_params)  # an unknown name fails here
+        try:
+            normalize(torch.zeros(1, 2))  # a parameter it does not take, or a value it refuses, fails here
+        except TypeError as err:
+            raise UsageError(f"attention normaliser {self.attn_normalizer!r} with {self.attn_normalizer_params}: "
+                             f"{err}") from None
 
     def normalizer_params(self) -> dict:
         """Keyword arguments of the chosen normaliser."""
-        return {"lam": self.sparsegen_lambda} if self.attn_normalizer == "sparsegen_lin" else {}
+        return dict(self.attn_normalizer_params)
 
     @property
     def head_dim(self) -> int:

@@ -65,7 +65,7 @@ def authors_model(bert, ours, family: str, test):
     from transformers import BertConfig
 
     fields = {k: v for k, v in dataclasses.asdict(ours.encoder.config).items()
-              if k not in ("attn_normalizer", "sparsegen_lambda")}
+              if k not in ("attn_normalizer", "attn_normalizer_params")}
     config = BertConfig(**fields, hidden_act="gelu", num_labels=ours.num_labels)
     task = {test.SENTENCE: bert.AsaBertForSequenceClassification, test.TAGGING: bert.AsaBertForTokenClassification,
             test.MULTIPLE_CHOICE: bert.AsaBertForMultipleChoice}[family]
