@@ -239,10 +239,13 @@ def test_notebook_grids_expand_and_dry_run(grid, runs, tmp_path, capsys):
 @pytest.mark.parametrize("name", NAMES)
 def test_a_notebooks_first_cell_loads_the_lesson_only(name):
     """The first cell holds the imports a notebook's derivations use: none of the lab (grids, the collector, the
-    benchmarks), which the cell that runs the experiment imports. `ci/first_cells.py` prints the line counts."""
+    benchmarks), which the cell that runs the experiment imports, and no more than LINE_BUDGET lines of
+    course_lib in all (every task family, the sweep and the collector were over 10,000). `ci/first_cells.py`
+    prints the counts."""
     spec = importlib.util.spec_from_file_location("first_cells", ROOT / "ci" / "first_cells.py")
     first_cells = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(first_cells)
     loaded = first_cells.loaded_lines(notebook_params.NOTEBOOK_DIR / f"{name}.ipynb")
     assert "course_lib.notebook_params" in loaded  # the cell ran: it makes the notebook's `Notebook`
     assert not [m for m in loaded if m.startswith("course_lib.lab")]
+    assert sum(loaded.values()) <= first_cells.LINE_BUDGET, sorted(loaded.items(), key=lambda kv: -kv[1])[:5]
