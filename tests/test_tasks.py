@@ -217,12 +217,17 @@ def test_a_name_taken_by_a_built_in_is_refused_before_the_built_in_loads():
         "from course_lib.methods.registry import METHODS, Method, register\n"
         "before = ['tagging' in FAMILIES, 'asa' in METHODS]\n"
         "errors = []\n"
+        "from course_lib.tasks.registry import register_task\n"
+        "from course_lib.tasks.tagging import PRESETS\n"
+        "import dataclasses\n"
         "for add in (lambda: register_family(TaskFamily('tagging', 'mine', *[print] * 7, predictions_suffix='txt')),\n"
-        "            lambda: register(Method('asa', 'mine'))):\n"
+        "            lambda: register(Method('asa', 'mine')),\n"
+        "            lambda: register_task(dataclasses.replace(PRESETS[0]))):\n"
         "    try:\n        add()\n    except ValueError as err:\n        errors.append(str(err))\n"
         "print(json.dumps([before, errors]))\n")
     assert refused == [[False, False], ["a task family named 'tagging' is registered already",
-                                        "a method named 'asa' is registered already"]]
+                                        "a method named 'asa' is registered already",
+                                        "a task named 'wnut17' is registered already"]]
 
 
 def test_every_built_in_preset_belongs_to_a_built_in_family():

@@ -88,8 +88,10 @@ def _add_family(family: TaskFamily) -> TaskFamily:
 
 
 def register_task(task) -> None:
-    """Add a preset under its name; its family must be registered (or built in)."""
+    """Add a preset under its name; its family must be registered (or built in). The built-in presets load
+    first, so one of the same name is refused now rather than when a later lookup loads it."""
     get_family(task.family)
+    _load_presets(until=lambda: False)
     _add_task(task)
 
 
