@@ -397,7 +397,7 @@ class ASAOptions(TwoPassOptions):
     asa_noise: str = described("none", "none = the authors' deterministic step; logistic = binary Concrete sample")
     asa_clip_scope: str = described("learner",
         "which parameters the gradient clip covers: learner = encoder and head, as vanilla's; all = the adversaries "
-        "too (this project's ASA runs before 2026-11-26)")
+        "too, one global norm (it starves the encoder: docs/methods.md)")
 
     choices = {**TwoPassOptions.choices, "asa_noise": NOISES, "asa_clip_scope": CLIP_SCOPES}
     saved_before = {**TwoPassOptions.saved_before, "asa_clip_scope": "all"}
