@@ -36,7 +36,7 @@ def loaded_lines(notebook: Path) -> dict[str, int]:
 
 
 def main() -> int:
-    print(f"| notebook | modules | lines | lab modules |\n|---|---|---|---|")
+    print("| notebook | modules | lines | lab modules |\n|---|---|---|---|")
     for notebook in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         lines = loaded_lines(notebook)
         lab = [m for m in lines if m.startswith("course_lib.lab")]

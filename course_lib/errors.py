@@ -21,12 +21,14 @@ def choice_error(what: str, value, valid) -> UsageError:
     return UsageError(f"unknown {what} {value!r} (valid: {', '.join(sorted(map(str, valid)))})")
 
 
+def name_key(text: str) -> str:
+    """A name as lookups compare it, ignoring case and dashes: 'SST-2' and 'sst2' are one name."""
+    return text.lower().replace("-", "")
+
+
 def find_named(what: str, name: str, table: dict):
     """table's entry for name, ignoring case and dashes ('SST-2', 'sst2', 'STS-B'), else the one-line error."""
-    def key(text: str) -> str:
-        return text.lower().replace("-", "")
-
-    found = [value for entry, value in table.items() if key(entry) == key(name)]
+    found = [value for entry, value in table.items() if name_key(entry) == name_key(name)]
     if not found:
         raise choice_error(what, name, table)
     return found[0]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from course_lib.config import NoOptions, Validated, option_readers
-from course_lib.errors import UsageError, choice_error, find_named
+from course_lib.errors import UsageError, choice_error, find_named, name_key
 
 
 @dataclass(frozen=True)
@@ -172,14 +172,10 @@ def family_option_owners() -> dict[str, str]:
     return option_readers("task family", ((f.name, f.options) for f in every_family().values()))
 
 
-def _key(name: str) -> str:
-    return name.lower().replace("-", "")
-
-
 def get_task(name: str):
     """A preset of any family by name, ignoring case and dashes, so 'SST-2', 'sst2' and 'STS-B' work."""
     def known() -> bool:
-        return any(_key(entry) == _key(name) for entry in TASKS)
+        return any(name_key(entry) == name_key(name) for entry in TASKS)
 
     _load_presets(until=known)
     return find_named("task", name, TASKS if known() else every_task())
