@@ -1,10 +1,9 @@
 """`python -m course_lib COMMAND ...`: the one command line.
 
 The training commands (finetune, pretrain, multitask) are built from the config dataclasses: every option is a
-field, so CLI, notebooks and YAML share one set of names and checks. `bench WHAT` runs a measurement; the
-other commands (`COMMANDS`: notebooks, sweep, collect, check, assignment, gpu-check) get their arguments
-handed to their own parsers. Mistakes end with one line on stderr naming the bad value and the valid ones,
-and exit code 2.
+field, so CLI, notebooks and YAML share one set of names and checks. The other commands (`COMMANDS`:
+notebooks, sweep, collect, check, assignment, bench, gpu-check) get their arguments handed to their own parsers.
+Mistakes end with one line on stderr naming the bad value and the valid ones, and exit code 2.
 """
 from __future__ import annotations
 
@@ -31,6 +30,7 @@ COMMANDS = {  # the commands with a parser of their own: `python -m course_lib N
     "check": ("course_lib.teaching.check", "a question's public checks (assignment mode), on a CPU in seconds"),
     "assignment": ("course_lib.teaching.assignment", "staff: build the student release, grade a copy, list the "
                                                      "questions"),
+    "bench": ("course_lib.lab.bench.command", "benchmarks, measured side by side in one process"),
     "gpu-check": ("course_lib.lab.bench.gpu_check", "the checks a CPU cannot run (bf16 parity, speed, every method "
                                                 "and paper preset, the loop), one report"),
 }
@@ -116,109 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
         command = commands.add_parser(name, help=what, description=what,
                                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         _add_config_options(command, config_cls)
-    _add_bench_parser(commands)
     for name, (_, what) in COMMANDS.items():  # listed here; `main` hands their arguments to their own parsers
         commands.add_parser(name, help=what, add_help=False)
     parser.subcommands = commands.choices  # each command's parser, for the error that lists its options
     return parser
-
-
-# Each bench: its help line, the module whose main(args) runs it, and the options it reads (flag: argparse
-# keywords). A bench takes only its own options, so `bench squad --seq-lens 64` is refused, not ignored.
-_MODEL = {"--model": dict(default=None, help="BERT folder or hub id (default: the packaged MiniLM)")}
-_JSON = {"--json": dict(action="store_true", help="print JSON instead of a markdown table")}
-_THREADS = {"--threads": dict(type=int, default=None, help="torch threads (default: torch's choice); 1 is steadier "
-                                                             "on cores other jobs share")}
-BENCHES = {
-    "speed": ("our encoder vs Hugging Face's BertModel, and the span-QA and tagging heads vs transformers'",
-              "course_lib.lab.bench.suite", {
-                  **_MODEL, **_JSON, **_THREADS, "--batch-size": dict(type=int, default=32),
-                  "--seq-lens": dict(type=int, nargs="+", default=None, help="sequence lengths (default: 64 128)"),
-                  "--repeats": dict(type=int, default=10, help="timed repeats"),
-                  "--qa-batch-size": dict(type=int, default=8, help="questions per batch of the span-QA case"),
-                  "--compile": dict(action="store_true", help="also time the plain encoder under torch.compile "
-                                                              "(the compile=default run option) against it eager")}),
-    "methods": ("each method's training step vs vanilla (AG vs MLM), and SSA's label generation",
-                "course_lib.lab.bench.suite", {
-                    **_MODEL, **_JSON, **_THREADS, "--batch-size": dict(type=int, default=32),
-                    "--seq-lens": dict(type=int, nargs="+", default=None, help="the sequence length (default: 64)"),
-                    "--repeats": dict(type=int, default=10, help="timed repeats"),
-                    "--fast-kernels": dict(action=argparse.BooleanOptionalAction, default=True,
-                                           help="swap the CPU kernels in (course_lib.fast.optimize) as training does"),
-                    "--epoch-examples": dict(type=int, default=512, help="sentences in the SSA epoch"),
-                    "--glue-dir": dict(default=None, help="SST-2 sentences from here (default: $GLUE_DIR, else "
-                                                          "data/glue)")}),
-    "sparsemax": ("our sparsemax vs entmax's", "course_lib.lab.bench.suite", {
-        **_JSON, **_THREADS, "--batch-size": dict(type=int, default=32),
-        "--seq-lens": dict(type=int, nargs="+", default=None, help="the sequence length (default: 128)"),
-        "--repeats": dict(type=int, default=10, help="timed repeats")}),
-    "diagnostics": ("shortcut reliance and precision@k on synthetic data with ground truth",
-                    "course_lib.lab.bench.diagnostics", {
-                        **_MODEL, **_JSON,
-                        "--methods": dict(default=None, help="comma list (default: all fine-tuning methods)"),
-                        "--seeds": dict(default="0,1,2", help="comma list of seeds"),
-                        "--quick": dict(action="store_true", help="the smoke budget (tiny data, for tests)"),
-                        "--output-dir": dict(default=None, help="run folders, reused if there (default "
-                                                                "runs/diagnostics)")}),
-    "reproduce": ("a grid of every method vs vanilla over seeds, paired tests", "course_lib.lab.reproduce", {
-        "--grid": dict(default=None, help="the sweep grid (default ci/grids/cpu_reproduction.yaml)"),
-        "--report": dict(default=None, help="where the report goes (default results/cpu_reproduction.md)"),
-        "--output-dir": dict(default=None, help="run folders, reused if there (default runs/sweep/<grid name>)"),
-        "--shard": dict(default=None, metavar="I/N", help="run only the I-th of N parts"),
-        "--archive": dict(default=None, metavar="DIR",
-                          help="the results archive, where each run's metrics.json (only that file) is copied as "
-                               "the run completes, DIR/<run folder>/metrics.json (default: runs/<grid name> beside "
-                               "the report, results/runs/cpu_reproduction)"),
-        "--from-archive": dict(action="store_true", help="rebuild the report from the archive (--archive) alone, "
-                                                         "running nothing")}),
-    "squad": ("our span-QA fine-tuning vs BertForQuestionAnswering on a by-article split of SQuAD v1.1 dev",
-              "course_lib.lab.bench.squad_reference", {
-                  **_MODEL, **_JSON,
-                  "--squad-file": dict(default=None, help="the SQuAD v1.1 dev file to split by article (default: "
-                                                          "$SQUAD_DIR, else data/squad)"),
-                  "--train-questions": dict(type=int, default=2000,
-                                            help="a seeded subset of the training articles' questions (0: all)"),
-                  "--epochs": dict(type=int, default=None, help="training epochs (default 2)"),
-                  "--output-dir": dict(default=None, help="run folders, reused if there (default "
-                                                          "runs/bench/squad)")}),
-    "reference": ("our tagging / multiple-choice fine-tuning vs transformers'", "course_lib.lab.bench.family_reference", {
-        **_MODEL, **_JSON,
-        "--task": dict(default=None, help="wnut17 (data/ or WNUT17_DIR) or dream (DREAM_DIR)"),
-        "--seeds": dict(default="0,1,2", help="comma list of seeds"),
-        "--epochs": dict(type=int, default=None, help="training epochs (default: the task's budget)"),
-        "--output-dir": dict(default=None, help="run folders, reused if there (default "
-                                                "runs/bench/reference/<task>)")}),
-    "memory": ("peak resident memory of fine-tuning, ours vs transformers'", "course_lib.lab.bench.memory", {
-        **_MODEL, **_JSON, "--repeats": dict(type=int, default=10, help="training steps per run")}),
-    "contention": ("a training step quiet and beside busy programs, under each OpenMP thread setting",
-                   "course_lib.lab.bench.contention", {
-                       **_JSON, "--busy": dict(type=int, nargs="+", default=[0, 1, 2],
-                                               help="how many busy programs run beside, one case each"),
-                       "--rounds": dict(type=int, default=2, help="rounds, each running every setting and load"),
-                       "--repeats": dict(type=int, default=4, help="timed steps per run"),
-                       "--batch-size": dict(type=int, default=32), "--seq-len": dict(type=int, default=64)}),
-}
-
-
-class _DefaultsWhereUseful(argparse.ArgumentDefaultsHelpFormatter):
-    """Adds "(default: X)" to an option's help unless the help already says it or X is None or False."""
-
-    def _get_help_string(self, action):
-        if action.default in (None, False) or "(default" in (action.help or ""):
-            return action.help
-        return super()._get_help_string(action)
-
-
-def _add_bench_parser(commands) -> None:
-    """`bench WHAT`: one sub-command per measurement, each with the options it reads."""
-    bench = commands.add_parser("bench", help="benchmarks, measured side by side in one process",
-                                description="benchmarks, measured side by side in one process")
-    benches = bench.add_subparsers(dest="what", metavar="WHAT", parser_class=Parser, required=True)
-    for name, (what, _, options) in BENCHES.items():
-        sub = benches.add_parser(name, help=what, description=what, formatter_class=_DefaultsWhereUseful)
-        for flag, keywords in options.items():
-            sub.add_argument(flag, **keywords)
-    bench.subcommands = benches.choices
 
 
 CONFIGS = {"finetune": FinetuneConfig, "pretrain": PretrainConfig, "multitask": MultitaskConfig}
@@ -260,28 +161,15 @@ def run(argv: list[str]) -> int:
     args = vars(namespace)
     command = args.pop("command")
     if command is None:
-        raise UsageError(f"missing command (valid: {', '.join(sorted([*CONFIGS, 'bench', *COMMANDS]))})")
+        raise UsageError(f"missing command (valid: {', '.join(sorted([*CONFIGS, *COMMANDS]))})")
     if extra:
-        where = f"bench {namespace.what}" if command == "bench" else command
-        raise UsageError(f"unknown option {extra[0]!r} for {where} (valid: {', '.join(_options_of(parser, argv))})")
+        raise UsageError(f"unknown option {extra[0]!r} for {command} "
+                         f"(valid: {', '.join(parser.subcommands[command].options())})")
     memory_mode()  # an unknown ATTENTION_LAB_KEEP_FREED_MEMORY stops here, before anything runs
-    if command in CONFIGS:
-        cfg = CONFIGS[command].from_dict(args)
-        keep_freed_memory(cfg.batch_size, cfg.max_len)  # this process's malloc, never a notebook kernel's
-        print(json.dumps(_train(command, cfg), sort_keys=True))
-        return 0
-    module = importlib.import_module(BENCHES[namespace.what][1])
-    return module.main(namespace) or 0
-
-
-def _options_of(parser, argv: list[str]) -> list[str]:
-    """The options of the (sub-)command that argv names (`finetune`, `bench squad`): what an unknown option's
-    error lists. build_parser keeps each parser's sub-commands in its `subcommands`."""
-    for word in (arg for arg in dashed(argv) if not arg.startswith("-")):
-        if word not in getattr(parser, "subcommands", {}):
-            break
-        parser = parser.subcommands[word]
-    return parser.options()
+    cfg = CONFIGS[command].from_dict(args)
+    keep_freed_memory(cfg.batch_size, cfg.max_len)  # this process's malloc, never a notebook kernel's
+    print(json.dumps(_train(command, cfg), sort_keys=True))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

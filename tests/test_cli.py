@@ -14,6 +14,7 @@ import torch
 
 from course_lib import cli
 from course_lib.lab import notebooks
+from course_lib.lab.bench import command as bench_command
 from course_lib.model.config import BertConfig, check_mixed_precision
 from course_lib.config import field_docs
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, TrainingRunConfig
@@ -251,9 +252,9 @@ def test_each_bench_takes_only_its_own_options(capsys):
     assert "unknown option '--grid' for bench memory (valid: --json, --model, --repeats)" in one_line(capsys)
 
 
-@pytest.mark.parametrize("what", sorted(cli.BENCHES))
+@pytest.mark.parametrize("what", sorted(bench_command.BENCHES))
 def test_each_bench_lists_its_options_in_its_help(what, capsys, monkeypatch):
     text = help_text(["bench", what, "--help"], capsys, monkeypatch)
     flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", text.split("\noptions:", 1)[1])) - {"--help"}
-    declared = set(cli.BENCHES[what][2])
+    declared = set(bench_command.BENCHES[what][2])
     assert declared <= flags and {f for f in flags if not f.startswith("--no-")} <= declared
