@@ -86,7 +86,7 @@ def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
     """One option per config field; a nested options class's fields in a group of their own (a method's
     options under its name), each option once however many methods read it."""
     hints, docs, choices = typing.get_type_hints(config_cls), field_docs(config_cls), field_choices(config_cls)
-    flat = config_cls.flat_hints()  # not the fields that hold a method's options, nor `carried`
+    flat = config_cls.flat_hints()  # not the fields that hold a method's options
     for f in dataclasses.fields(config_cls):
         if f.name in flat:
             _add_field(parser, config_cls, f, hints, docs, choices)

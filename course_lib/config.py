@@ -41,12 +41,9 @@ class Validated:
     """Mixin: type checks on construction plus `from_dict` that refuses unknown keys.
 
     choices: {field: its valid names}, checked on construction and listed by --help.
-    saved_before: {field: value} for a field added after runs were archived: what those runs did, so a saved
-    config without the field reads as that value (first_difference), not as today's default.
     """
 
     choices: ClassVar[dict[str, tuple]] = {}
-    saved_before: ClassVar[dict] = {}
 
     def __post_init__(self):
         hints = typing.get_type_hints(type(self))
@@ -54,8 +51,8 @@ class Validated:
             _check_type(type(self).__name__, f.name, getattr(self, f.name), hints[f.name])
             if hints[f.name] is float and isinstance(getattr(self, f.name), int):
                 setattr(self, f.name, float(getattr(self, f.name)))
-        for name, valid in self.choices.items():
-            if getattr(self, name) not in valid:
+        for name, valid in self.choices.items():  # None: a field its validate() resolves (pair_encoding)
+            if getattr(self, name) is not None and getattr(self, name) not in valid:
                 raise UsageError(f"unknown {name} {getattr(self, name)!r} (valid: {', '.join(map(str, valid))})")
         self.validate()
 
@@ -72,8 +69,7 @@ class Validated:
 
     def fill_nested(self) -> None:
         """For `validate`: each field that holds a nested config (`nested`) gets its class's defaults when None and
-        is refused when of another class; carried values (another method's options) are checked now, so a bad
-        one fails before any run starts."""
+        is refused when of another class."""
         for name, klass in self.nested(vars(self)).items():
             value = getattr(self, name)
             if value is None:
@@ -81,9 +77,6 @@ class Validated:
             elif type(value) is not klass:
                 raise UsageError(f"{type(self).__name__}.{name} must be {klass.__name__} for this run, got "
                                  f"{type(value).__name__}")
-        carried = getattr(self, "carried", {})
-        for klass in self.carried_classes() if carried else ():
-            klass.from_dict({k: v for k, v in carried.items() if k in klass.__dataclass_fields__})
 
     @classmethod
     def nested(cls, values: dict) -> dict[str, type]:
@@ -97,32 +90,31 @@ class Validated:
         return []
 
     @classmethod
-    def carried_classes(cls) -> list[type]:
-        """The option classes whose values a notebook's grid base may carry to its other runs (`from_params`)."""
+    def notebook_option_classes(cls) -> list[type]:
+        """The option classes a notebook's parameters may hold for the other runs of its grid (`from_params`)."""
         return cls.option_classes()
 
     @classmethod
     def flat_hints(cls, classes: list[type] | None = None) -> dict:
-        """The type of every key the flat form may hold: the fields' (not those that hold a nested config or are
-        never saved) and every nested class's fields' (or those of `classes` only)."""
+        """The type of every key the flat form may hold: the fields' (not those that hold a nested config) and
+        every nested class's fields' (or those of `classes` only)."""
         hints = {}
         for klass in (*(cls.option_classes() if classes is None else classes), cls):
             hints.update(typing.get_type_hints(klass))
-        holders = {*cls.nested({}), *(f.name for f in dataclasses.fields(cls) if not f.metadata.get("saved", True))}
-        return {k: v for k, v in hints.items() if k not in holders}
+        return {k: v for k, v in hints.items() if k not in cls.nested({})}
 
     @classmethod
     def foreign(cls, values: dict | None) -> dict[str, str]:
         """{key: who reads it} for the keys another choice would read (another method's options): refused by
-        from_dict, or dropped or carried when asked (`others`). It may leave out what no key of `values` needs;
+        from_dict, or dropped or checked when asked (`others`). It may leave out what no key of `values` needs;
         values None: every such key."""
         return {}
 
     @classmethod
     def from_dict(cls, values: dict, others: str = "refuse"):
         """The config of flat `values`. others: what a key of another choice (`foreign`) does: refuse (one-line
-        error), drop (a saved run's file, a grid's shared base), or carry (kept in the config's `carried`, for
-        a notebook's grid base that hands them to its other methods' runs)."""
+        error), drop (a saved run's file, a grid's shared base), or check (a notebook's parameters for its other
+        methods' runs: checked by their classes, then left out)."""
         nested = cls.nested(values)
         own = [f.name for f in dataclasses.fields(cls) if f.name not in nested]
         inner = {field: [f.name for f in dataclasses.fields(klass)] for field, klass in nested.items()}
@@ -136,22 +128,11 @@ class Validated:
             inner_names = ", ".join(k for names in inner.values() for k in names) or "none"
             raise UsageError(f"option {stray[0]!r} belongs to {foreign[stray[0]]}, not to this run (its own "
                              f"options: {inner_names})")
+        for klass in cls.notebook_option_classes() if stray and others == "check" else ():
+            klass.from_dict({k: values[k] for k in stray if k in klass.__dataclass_fields__})  # a bad one fails now
         built = {field: klass.from_dict({k: values[k] for k in inner[field] if k in values})
                  for field, klass in nested.items()}
-        carried = {"carried": {k: values[k] for k in stray}} if others == "carry" and stray else {}  # a field of
-        return cls(**{k: v for k, v in values.items() if k in own}, **built, **carried)  # the configs with `foreign`
-
-    @classmethod
-    def from_saved(cls, values: dict):
-        """A saved run's config (its metrics.json): a field it lacks is what the run did then (`saved_before`),
-        not today's default; a key of another choice (an option of a method the run did not use) is dropped."""
-        return cls.from_dict({**cls.saved_before_of(values), **values}, others="drop")
-
-    @classmethod
-    def saved_before_of(cls, values: dict) -> dict:
-        """`saved_before` of this class and of the nested classes flat `values` picks (its method's options)."""
-        nested = cls.nested(values).values()
-        return {**cls.saved_before, **{k: v for klass in nested for k, v in klass.saved_before.items()}}
+        return cls(**{k: v for k, v in values.items() if k in own}, **built)
 
     @classmethod
     def from_params(cls, params, **overrides):
@@ -161,27 +142,27 @@ class Validated:
         Why: the parameters cell, the preset files and these dataclasses share field names, so a config cell
         takes the parameters by name instead of restating them (a restated list drifts when a field is added).
         Parameters that are no field (`preset`, `seeds`) are the notebook's own; another method's options are
-        carried for the grid's runs of that method (`carried`); `output_dir` is taken, and a
-        grid of runs puts its run folders under it. The cells' literal conventions are read here, once: "" is
-        None where the field takes None (`model = ""`: the packaged model), and a list is a comma list where
-        the field is a string (`tasks = ["sst2", "rte"]`: "sst2,rte").
+        checked now and left out (a grid of the notebook's methods takes them from the parameters again,
+        `run_grid(..., options=p)`); `output_dir` is taken, and a grid of runs puts its run folders under it.
         """
+        chosen = {**cls.notebook_values(params), **overrides}  # unknown overrides: from_dict refuses them
+        return cls.from_dict(chosen, others="check")
+
+    @classmethod
+    def notebook_values(cls, params) -> dict:
+        """The parameters named like a field or an option (a namespace or a dict), read by the cells' literal
+        conventions, once: "" is None where the field takes None (`model = ""`: the packaged model), and a list
+        is a comma list where the field is a string (`tasks = ["sst2", "rte"]`: "sst2,rte")."""
         values = params if isinstance(params, dict) else vars(params)
-        hints = cls.flat_hints(cls.carried_classes())
-        names = set(hints)
-        chosen = {**{k: v for k, v in values.items() if k in names}, **overrides}  # unknown overrides: from_dict
-        return cls.from_dict({k: _notebook_literal(v, hints[k]) if k in names else v for k, v in chosen.items()},
-                             others="carry")
+        hints = cls.flat_hints(cls.notebook_option_classes())
+        return {k: _notebook_literal(v, hints[k]) for k, v in values.items() if k in hints}
 
     def to_dict(self) -> dict:
-        """The flat form: a nested config's fields in place of the field that holds it; `carried` left out."""
+        """The flat form: a nested config's fields in place of the field that holds it."""
         values = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, Validated):
-                values.update(value.to_dict())
-            elif f.metadata.get("saved", True):
-                values[f.name] = value
+            values.update(value.to_dict() if isinstance(value, Validated) else {f.name: value})
         return values
 
     @classmethod
@@ -191,13 +172,8 @@ class Validated:
         return True
 
     def defaults(self) -> dict:
-        """Each field's value when not given, as this config resolves it; what a field missing from a run saved
-        before the field existed counts as (`saved_before`, its nested configs' too)."""
-        values = self.unset().to_dict()
-        for f in dataclasses.fields(self):
-            if isinstance(getattr(self, f.name), Validated):
-                values.update(getattr(self, f.name).saved_before)
-        return {**values, **self.saved_before}
+        """Each field's value when not given, as this config resolves it (a SQuAD run's max_len is 384)."""
+        return self.unset().to_dict()
 
     def unset(self) -> "Validated":
         """This config with every field left at its default; subclasses keep the fields that decide what the
@@ -234,12 +210,16 @@ def option_readers(kind: str, entries) -> dict[str, str]:
     return {option: f"{kind} " + ", ".join(names) for option, names in readers.items()}
 
 
+NOT_SAVED = "<not saved>"  # what first_difference's callers show for a field a saved config lacks
+
+
 def first_difference(saved: dict, config) -> str | None:
     """The first field (by name), output_dir aside, where a saved run's config differs from `config` (a
-    Validated config or any with `to_dict` and `defaults`), else None. A field the saved config lacks counts as
-    its default, so adding an option never orphans old runs."""
-    mine, defaults = config.to_dict(), config.defaults()
-    diff = sorted(k for k in mine if k != "output_dir" and saved.get(k, defaults.get(k)) != mine[k])
+    Validated config or any with `to_dict`), else None. A field the saved config lacks differs: it was saved by
+    an older version, which may have done something else there (the lab reads its archive of such runs with
+    what they did, `course_lib.lab.archive`)."""
+    mine = config.to_dict()
+    diff = sorted(k for k in mine if k != "output_dir" and saved.get(k, NOT_SAVED) != mine[k])
     return diff[0] if diff else None
 
 
@@ -255,31 +235,18 @@ def _notebook_literal(value, annotation):
     return value
 
 
-def positive(obj, *names: str) -> None:
-    for name in names:
-        if getattr(obj, name) <= 0:
-            raise UsageError(f"{type(obj).__name__}.{name} must be > 0, got {getattr(obj, name)!r}")
+def _range_check(rule: str, holds):
+    """A check of fields against one rule: `positive(cfg, "lr", "epochs")` refuses the first that breaks it, in
+    one line naming the field, the rule and the value."""
+    def check(obj, *names: str) -> None:
+        for name in names:
+            if not holds(getattr(obj, name)):
+                raise UsageError(f"{type(obj).__name__}.{name} must be {rule}, got {getattr(obj, name)!r}")
+    return check
 
 
-def fraction(obj, *names: str) -> None:
-    for name in names:
-        if not 0.0 <= getattr(obj, name) < 1.0:
-            raise UsageError(f"{type(obj).__name__}.{name} must be in [0, 1), got {getattr(obj, name)!r}")
-
-
-def non_negative(obj, *names: str) -> None:
-    for name in names:
-        if getattr(obj, name) < 0:
-            raise UsageError(f"{type(obj).__name__}.{name} must be >= 0, got {getattr(obj, name)!r}")
-
-
-def unit_interval(obj, *names: str) -> None:
-    for name in names:
-        if not 0.0 <= getattr(obj, name) <= 1.0:
-            raise UsageError(f"{type(obj).__name__}.{name} must be in [0, 1], got {getattr(obj, name)!r}")
-
-
-def optional_positive(obj, *names: str) -> None:
-    for name in names:
-        if getattr(obj, name) is not None and getattr(obj, name) <= 0:
-            raise UsageError(f"{type(obj).__name__}.{name} must be > 0, got {getattr(obj, name)!r}")
+positive = _range_check("> 0", lambda v: v > 0)
+non_negative = _range_check(">= 0", lambda v: v >= 0)
+optional_positive = _range_check("> 0", lambda v: v is None or v > 0)
+fraction = _range_check("in [0, 1)", lambda v: 0.0 <= v < 1.0)
+unit_interval = _range_check("in [0, 1]", lambda v: 0.0 <= v <= 1.0)

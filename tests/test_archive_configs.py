@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.config import first_difference
+from course_lib.lab.archive import archived_difference, read_config
 from course_lib.training.config import FinetuneConfig, MultitaskConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,8 +23,8 @@ def test_the_archive_is_there():
 def test_an_archived_run_loads_as_the_run_it_was(path):
     result = json.loads(path.read_text())
     saved = result["config"]
-    cfg = CONFIGS[result.get("kind", "finetune")].from_saved(saved)
-    assert first_difference(saved, cfg) is None
+    cfg = read_config(CONFIGS[result.get("kind", "finetune")], saved)
+    assert archived_difference(saved, cfg) is None
     mine = cfg.to_dict()
     assert {k: v for k, v in saved.items() if k in mine} == {k: mine[k] for k in saved if k in mine}
     left_out = set(saved) - set(mine)

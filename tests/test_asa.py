@@ -260,19 +260,6 @@ def test_the_clip_leaves_the_adversaries_out(adversary_scale):
             assert same == (scope == "learner"), (scope, adversary_scale)
 
 
-def test_asa_runs_saved_before_the_clip_scope_existed_read_as_clipping_everything():
-    from course_lib.config import first_difference
-    from course_lib.training.config import FinetuneConfig
-
-    old = FinetuneConfig(method="asa").to_dict()
-    del old["asa_clip_scope"]
-    assert first_difference(old, FinetuneConfig(method="asa")) == "asa_clip_scope"
-    assert first_difference(old, FinetuneConfig.from_dict({"method": "asa", "asa_clip_scope": "all"})) is None
-    assert "asa_clip_scope" not in FinetuneConfig().to_dict()  # an option vanilla never reads is not its config's
-    old_vanilla = {**FinetuneConfig().to_dict(), "asa_clip_scope": "all"}  # a vanilla run saved when it was
-    assert first_difference(old_vanilla, FinetuneConfig()) is None
-
-
 def test_the_regression_divergence_matches_the_authors_code():
     """Numbers from the authors' `divergence` (gingasan/adversarialSA, commit 049af10, modeling/utils.py), run on
     these (B, 1) scores in float64 in a scratch folder outside this repository: the value and both gradients.
@@ -298,20 +285,6 @@ def test_the_squared_regression_divergence_is_the_mean_squared_difference():
     clean, adversarial = torch.randn(6, 1), torch.randn(6, 1)
     model = ASAClassifier(tiny_encoder(), 1, mode="asa", regression_divergence="squared")
     assert torch.allclose(model.divergence(clean, adversarial), ((clean - adversarial) ** 2).mean())
-
-
-def test_asa_runs_saved_before_the_regression_divergence_existed_read_as_squared():
-    from course_lib.config import first_difference
-    from course_lib.training.config import FinetuneConfig
-
-    for method, scope in (("asa", {"asa_clip_scope": "all"}), ("bernoulli-mask", {})):  # bernoulli: no adversary
-        old = FinetuneConfig(method=method, task="stsb").to_dict()
-        del old["asa_regression_divergence"]
-        old.pop("asa_clip_scope", None)  # an ASA option; bernoulli-mask's config never had it
-        new = FinetuneConfig.from_dict(dict(method=method, task="stsb", asa_regression_divergence="squared", **scope))
-        assert first_difference(old, new) is None
-        now = FinetuneConfig.from_dict(dict(method=method, task="stsb", **scope))
-        assert first_difference(old, now) == "asa_regression_divergence"
 
 
 def _direct_cut_attention(q, k, v, keep):

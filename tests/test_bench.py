@@ -13,8 +13,8 @@ from course_lib.lab.bench.head_speed import format_head_speed, span_speed, taggi
 from course_lib import cli
 from course_lib.training.config import PretrainConfig
 
-TINY_PRETRAIN = PretrainConfig(method="ag", num_layers=1, hidden_size=32, num_heads=8, intermediate_size=64, max_len=16,
-                               batch_size=4)
+TINY_PRETRAIN = PretrainConfig(method="ag", num_hidden_layers=1, hidden_size=32, num_attention_heads=8,
+                               intermediate_size=64, max_len=16, batch_size=4)
 
 
 def positive(x) -> bool:

@@ -17,7 +17,7 @@ from course_lib.lab import notebooks
 from course_lib.lab.bench import command as bench_command
 from course_lib.model.config import BertConfig, check_mixed_precision
 from course_lib.config import field_docs
-from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, TrainingRunConfig
+from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, RunConfig, TrainingRunConfig
 from course_lib.errors import UsageError, yaml_float_hint
 from course_lib.tasks.glue import GLUE_TASKS
 from course_lib.tasks.registry import every_task
@@ -143,12 +143,18 @@ def test_every_config_field_is_documented():
 
 
 def test_the_shared_fields_are_documented_once_and_keep_each_commands_defaults():
-    shared = field_docs(TrainingRunConfig)
-    assert set(shared) == {f.name for f in dataclasses.fields(TrainingRunConfig)}
+    for base, classes in ((RunConfig, (FinetuneConfig, MultitaskConfig, PretrainConfig)),
+                          (TrainingRunConfig, (FinetuneConfig, MultitaskConfig))):
+        shared = field_docs(base)
+        for cls in classes:
+            assert {name: field_docs(cls)[name] for name in shared} == shared, cls.__name__
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainingRunConfig)}
     for cls in (FinetuneConfig, MultitaskConfig):
-        assert {name: field_docs(cls)[name] for name in shared} == shared, cls.__name__
-        assert {f.name: f.default for f in dataclasses.fields(cls) if f.name in shared} == \
-            {f.name: f.default for f in dataclasses.fields(TrainingRunConfig)}
+        assert {f.name: f.default for f in dataclasses.fields(cls) if f.name in defaults} == defaults
+    shared = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    changed = {f.name: f.default for f in dataclasses.fields(PretrainConfig)
+               if shared.get(f.name, f.default) != f.default}
+    assert changed == {"lr": 1e-4, "weight_decay": 0.0, "log_every": 10}  # the AG paper's recipe; a denser curve
     assert (FinetuneConfig().output_dir, MultitaskConfig().output_dir) == ("runs/finetune", "runs/multitask")
 
 

@@ -37,8 +37,8 @@ def runs_dir(tmp_path_factory, tiny_model_dir, keyword_glue):
         for seed in (0, 1):
             out = root / "04" / f"method={method},seed={seed}"
             pretrain(PretrainConfig.from_dict(dict(
-                method=method, seed=seed, corpus=str(corpus), output_dir=str(out), max_steps=8, num_layers=2,
-                hidden_size=32, num_heads=4, intermediate_size=64, max_len=16, batch_size=16, eval_every=4,
+                method=method, seed=seed, corpus=str(corpus), output_dir=str(out), max_steps=8, num_hidden_layers=2,
+                hidden_size=32, num_attention_heads=4, intermediate_size=64, max_len=16, batch_size=16, eval_every=4,
                 eval_blocks=16, ag_head_types="0,1,1,1")))
             finetune(FinetuneConfig(task="sst2", model=str(out), glue_dir=str(keyword_glue), seed=seed, epochs=1,
                                     max_len=16, max_train_samples=32, max_eval_samples=32, batch_size=16,

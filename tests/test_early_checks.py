@@ -50,8 +50,8 @@ def run_entry_point(name: str, out: Path, model_dir: Path, glue_dir: Path, tmp_p
     if name == "pretrain":
         corpus = tmp_path / "corpus.txt"
         corpus.write_text("the cat sees the dog .\n" * 50)
-        options = {"corpus": str(corpus), "max_steps": 2, "num_layers": 1, "hidden_size": 32, "num_heads": 2,
-                   "intermediate_size": 64, "max_len": 32, "ag_head_types": "0,1"}
+        options = {"corpus": str(corpus), "max_steps": 2, "num_hidden_layers": 1, "hidden_size": 32,
+                   "num_attention_heads": 2, "intermediate_size": 64, "max_len": 32, "ag_head_types": "0,1"}
     else:
         options = {**shared, **({"tasks": "sst2"} if name == "multitask" else {})}
     args = [x for k, v in {**options, "output_dir": str(out)}.items() for x in (f"--{k.replace('_', '-')}", str(v))]

@@ -44,8 +44,9 @@ def test_every_notebook_preset_builds_its_config(name, preset):
 
 
 def test_grid_folders_are_named_as_the_sweep_names_its_runs(tmp_path):
-    base = FinetuneConfig.from_params({"epochs": 1, "ssa_label_mode": "code", "sparsegen_lambda": -2.0})
-    runs = plan_grid(base, tmp_path, tasks=["sst2", "rte"], methods=["vanilla", "ssaf"], seeds=[0, 1])
+    params = {"epochs": 1, "ssa_label_mode": "code", "sparsegen_lambda": -2.0}
+    base = FinetuneConfig.from_params(params)
+    runs = plan_grid(base, tmp_path, tasks=["sst2", "rte"], methods=["vanilla", "ssaf"], seeds=[0, 1], options=params)
     grid_file = tmp_path / "grid.yaml"
     grid_file.write_text(yaml.safe_dump({"command": "finetune", "base": {"epochs": 1, "sparsegen_lambda": -2.0},
                                          "grid": {"task": ["sst2", "rte"], "method": ["vanilla", "ssaf"],
@@ -59,9 +60,9 @@ def test_grid_folders_are_named_as_the_sweep_names_its_runs(tmp_path):
 
 
 def test_a_variant_adds_runs_for_its_methods_and_each_run_keeps_only_its_own_options(tmp_path):
-    base = FinetuneConfig.from_params({"ssa_label_mode": "code", "ssa_threshold": 0.5, "asa_tau": 0.1,
-                                       "output_dir": str(tmp_path)})
-    runs = plan_grid(base, methods=["vanilla", "ssa-co", "ssa-hybrid"], seeds=[3],
+    params = {"ssa_label_mode": "code", "ssa_threshold": 0.5, "asa_tau": 0.1, "output_dir": str(tmp_path)}
+    base = FinetuneConfig.from_params(params)
+    runs = plan_grid(base, methods=["vanilla", "ssa-co", "ssa-hybrid"], seeds=[3], options=params,
                      variants=[Variant("paper labels", {"ssa_label_mode": "paper"}, methods=("ssa-co",))],
                      task_overrides={"sst2": {"ssa_share_weight": False}, "rte": {"epochs": 9}})
     by_key = {run.key: run for run in runs}
@@ -166,10 +167,14 @@ def test_dev_rows_of_a_multitask_run_give_each_task_and_overall():
     assert grid.RUNNERS[MultitaskConfig].__name__ == "train_multitask"
 
 
-def test_a_multitask_notebooks_parameters_carry_another_methods_option_to_the_runs_of_that_method(tmp_path):
-    """ssa_cls_weight is SSA-Hybrid's: the SSA-Co base carries it (it is not its own), the hybrid variant reads it."""
-    base = MultitaskConfig.from_params({"tasks": ["sst2"], "ssa_cls_weight": 0.9, "output_dir": str(tmp_path)})
+def test_a_multitask_notebooks_parameters_give_another_methods_option_to_the_runs_of_that_method(tmp_path):
+    """ssa_cls_weight is SSA-Hybrid's: the SSA-Co base leaves it out (it is not its own), the hybrid variant
+    reads it from the parameters."""
+    params = {"tasks": ["sst2"], "ssa_cls_weight": 0.9, "output_dir": str(tmp_path)}
+    base = MultitaskConfig.from_params(params)
     hybrid = Variant("hybrid", {"ssa": "all", "ssa_method": "ssa-hybrid"})
-    runs = plan_grid(base, seeds=[0], label="co", variants=[hybrid])
-    assert base.carried == {"ssa_cls_weight": 0.9} and "ssa_cls_weight" not in base.to_dict()
+    runs = plan_grid(base, seeds=[0], label="co", variants=[hybrid], options=params)
+    assert "ssa_cls_weight" not in base.to_dict()
+    with pytest.raises(UsageError, match="ssa_cls_weight"):
+        MultitaskConfig.from_params({**params, "ssa_cls_weight": "heavy"})  # checked now, though not the base's
     assert [r.config.to_dict().get("ssa_cls_weight") for r in runs] == [None, 0.9]

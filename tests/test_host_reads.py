@@ -154,8 +154,9 @@ def test_cs224n_mode_reads_once_per_window(counter, tiny_model_dir, tmp_path):
 
 @pytest.mark.parametrize("method", ["mlm", "ag"])
 def test_pre_training_reads_once_per_window(method, counter, tmp_path):
-    cfg = PretrainConfig.from_dict({"method": method, "output_dir": str(tmp_path), "max_steps": 20, "num_layers": 2,
-                                    "hidden_size": 64, "num_heads": 4, "intermediate_size": 128, "max_len": 32,
+    cfg = PretrainConfig.from_dict({"method": method, "output_dir": str(tmp_path), "max_steps": 20,
+                                    "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                                    "intermediate_size": 128, "max_len": 32,
                                     "batch_size": 8, "eval_every": 10, "log_every": LOG_EVERY, "eval_blocks": 8,
                                     "ag_head_types": "0,1,1,1"})
     check(counter, pretrain(cfg), 20)

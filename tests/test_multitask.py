@@ -222,10 +222,10 @@ def test_each_task_whose_dev_predictions_are_constant_is_named(tiny_model_dir, t
 
 @pytest.mark.parametrize("values, message", [
     ({"tasks": "sst2,mrcp"}, "unknown task 'mrcp' (valid: anli, cola, conll2003, cs224n_cfimdb, cs224n_para,"),
-    ({"schedule": "random"}, "unknown schedule 'random' (valid: annealed, proportional, round_robin)"),
+    ({"schedule": "random"}, "unknown schedule 'random' (valid: round_robin, proportional, annealed)"),
     ({"ssa": "sst2,cola"}, "unknown SSA task 'cola' (valid: all, none, rte, sst2, stsb)"),
     ({"tasks": "sst2,SST-2"}, "must name distinct task presets"),
-    ({"pair_encoding": "siamese"}, "unknown pair_encoding 'siamese' (valid: cross, separate)"),
+    ({"pair_encoding": "siamese"}, "unknown pair_encoding 'siamese' (valid: separate, cross)"),
     ({"option": "freeze"}, "unknown option 'freeze' (valid: finetune, pretrain)"),
     ({"tasks": "sst2,stsb", "cs224n": True}, "--cs224n trains cs224n_sst,cs224n_para,cs224n_sts"),
     ({"cs224n": True, "ssa": "cs224n_para"}, "SSA on cs224n_para needs --pair-encoding cross"),
@@ -244,7 +244,7 @@ def test_cli_runs_and_reports_bad_input_in_one_line(tiny_model_dir, toy_glue, tm
     monkeypatch.setenv("CI", "true")
     assert cli.main(["multitask", "--schedule", "magic"]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == "error: unknown schedule 'magic' (valid: annealed, proportional, round_robin)"
+    assert err.strip() == "error: unknown schedule 'magic' (valid: round_robin, proportional, annealed)"
     args = ["multitask", "--model", str(tiny_model_dir), "--glue-dir", str(toy_glue), "--output-dir", str(tmp_path),
             "--tasks", "sst2,stsb", "--epochs", "1", "--max-len", "32", "--batch-size", "32", "--ssa", "stsb"]
     assert cli.main(args) == 0

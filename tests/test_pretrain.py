@@ -47,9 +47,10 @@ def tokenizer(minilm_dir):
 def tiny(corpus, out, method, **extra) -> PretrainConfig:
     """2 layers, d = 64, 4 heads (2 guided: next, prev, plus one first head): about a second per 10 steps."""
     return PretrainConfig.from_dict({
-        "method": method, "corpus": str(corpus), "output_dir": str(out), "max_steps": STEPS, "num_layers": 2,
-        "hidden_size": 64, "num_heads": 4, "intermediate_size": 128, "max_len": 32, "batch_size": 16, "lr": 1e-3,
-        "eval_every": 20, "log_every": 10, "eval_blocks": 32, "ag_head_types": "0,1,1,1", "seed": 0, **extra})
+        "method": method, "corpus": str(corpus), "output_dir": str(out), "max_steps": STEPS, "num_hidden_layers": 2,
+        "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128, "max_len": 32, "batch_size": 16,
+        "lr": 1e-3, "eval_every": 20, "log_every": 10, "eval_blocks": 32, "ag_head_types": "0,1,1,1", "seed": 0,
+        **extra})
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +192,7 @@ def test_corpus_sources(keyword_glue, tmp_path, monkeypatch):
     (["--ag-head-types", "0,1,1,9"], "ag_head_types '0,1,1,9' guides 11 heads but the model has 8"),
     (["--ag-reduction", "sum"], "unknown ag_reduction 'sum' (valid: mean, frobenius)"),
     (["--ag-boundary", "wrap"], "unknown ag_boundary 'wrap' (valid: uniform, zero)"),
-    (["--hidden-size", "100"], "hidden_size 100 is not divisible by num_heads 8"),
+    (["--hidden-size", "100"], "hidden_size 100 is not divisible by num_attention_heads 8"),
     (["--max-steps", "0"], "PretrainConfig.max_steps must be > 0, got 0"),
     (["--frobnicate", "1"], "unknown option '--frobnicate' for pretrain (valid: --ag-boundary, --ag-head-types"),
 ])

@@ -248,31 +248,6 @@ def test_token_head_init(init):
     assert head.weight.std().item() == pytest.approx(0.02, rel=0.2)
 
 
-def test_ssa_runs_saved_before_the_sampler_and_head_init_options_read_as_the_old_ones():
-    from course_lib.config import first_difference
-    from course_lib.training.config import FinetuneConfig
-
-    for method in ("ssa-co", "ssa-hybrid", "bert-mask"):
-        old = FinetuneConfig(method=method).to_dict()
-        del old["ssa_sampler"]
-        old.pop("ssa_head_init", None)  # bert-mask has no token head
-        assert first_difference(old, FinetuneConfig(method=method)) in ("ssa_sampler", "ssa_head_init")
-        pinned = {"ssa_sampler": "rounded"} if method == "bert-mask" else {"ssa_sampler": "rounded",
-                                                                          "ssa_head_init": "torch"}
-        assert first_difference(old, FinetuneConfig.from_dict({"method": method, **pinned})) is None
-
-
-def test_multitask_runs_saved_before_the_options_read_as_the_old_ones():
-    from course_lib.config import first_difference
-    from course_lib.training.config import MultitaskConfig
-
-    old = MultitaskConfig(ssa="all").to_dict()
-    del old["ssa_sampler"], old["ssa_head_init"]
-    assert first_difference(old, MultitaskConfig(ssa="all")) in ("ssa_sampler", "ssa_head_init")
-    rounded = MultitaskConfig.from_dict(dict(ssa="all", ssa_sampler="rounded", ssa_head_init="torch"))
-    assert first_difference(old, rounded) is None
-
-
 def test_the_token_head_starts_as_the_authors_by_default():
     """Every default that picks the token head's init (the run configs' options, `SSAClassifier`, `TokenHead`)
     gives the authors' (ssa_BERT's init_bert_weights): a dense layer N(0, 0.02) with zero bias and each position's

@@ -18,7 +18,7 @@ from course_lib.lab import sweep
 from course_lib.cli import build_parser
 from course_lib.methods.asa import ASAOptions
 from course_lib.training.config import FinetuneConfig
-from course_lib.config import first_difference
+from course_lib.lab.archive import archived_difference
 from course_lib.lab.notebooks import NotebookRun
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -283,15 +283,10 @@ def test_a_changed_grid_refuses_old_run_folders_and_the_exit_code_is_2(tmp_path,
     assert "complete  seed=0" in capsys.readouterr().out
 
 
-def test_a_field_a_saved_config_lacks_counts_as_its_default_as_the_task_resolves_it():
-    squad = FinetuneConfig(task="squad")
-    saved = {k: v for k, v in squad.to_dict().items() if k != "max_len"}  # saved before max_len existed
-    assert first_difference(saved, squad) is None  # counts as SQuAD's 384, not the class default of 128
-    assert first_difference(saved, FinetuneConfig(task="squad", max_len=128)) == "max_len"
-    assert first_difference({**saved, "epochs": 9, "lr": 1.0}, squad) == "epochs"  # the first by name
+def test_a_field_a_notebook_runs_saved_config_lacks_counts_as_its_default():
     notebook = NotebookRun.from_dict({"notebook": "00_bert_from_scratch"})
-    assert first_difference({"notebook": "00_bert_from_scratch"}, notebook) is None
-    assert first_difference({"notebook": "00_bert_from_scratch", "preset": "cpu"}, notebook) == "preset"
+    assert archived_difference({"notebook": "00_bert_from_scratch"}, notebook) is None
+    assert archived_difference({"notebook": "00_bert_from_scratch", "preset": "cpu"}, notebook) == "preset"
 
 
 def write_metrics(folder: Path, task: str, dev: dict, status: str = "complete", **config) -> None:

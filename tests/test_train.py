@@ -120,7 +120,7 @@ def test_nonfinite_loss_stops_and_keeps_the_checkpoint(tiny_model_dir, keyword_g
     (["--asa-tau", "0.5"], "option 'asa_tau' belongs to method asa, not to this run (its own options: "
                            "text_columns, label_column, labels)"),
     (["--lr", "-1"], "FinetuneConfig.lr must be > 0, got -1.0"),
-    (["--compile", "fast"], "unknown compile 'fast' (valid: default, graphs, off)"),
+    (["--compile", "fast"], "unknown compile 'fast' (valid: off, default, graphs)"),
     (["--log-every", "0"], "FinetuneConfig.log_every must be > 0, got 0"),
     (["--glue-dir", "/nonexistent/glue"], "/nonexistent/glue"),
 ])

@@ -4,7 +4,7 @@
 own kernel, to look inside the trained models afterwards. `run_grid` is that form of a grid:
 
     base = FinetuneConfig.from_params(p)                         # the recipe every run shares
-    results = run_grid(base, tasks=p.tasks, methods=p.methods, seeds=p.seeds,
+    results = run_grid(base, tasks=p.tasks, methods=p.methods, seeds=p.seeds, options=p,
                        variants=[Variant("paper labels", {"ssa_label_mode": "paper"}, methods=("ssa-co",))])
     results["sst2", "ssa-co", 0, "paper labels"]                 # that run's metrics.json, by its RunKey
 
@@ -15,9 +15,10 @@ and `course_lib.lab.collect` tabulates both. Every run is validated before the f
 runs as `finetune`, `train_multitask` or `pretrain` (by the base config's class) runs on its own: a finished
 folder is read back, not trained again, and an interrupted one resumes from its checkpoint.
 
-A fine-tuning run keeps only its own method's options (its registry entry's `options` class); the other
-methods' options, which the base carries from the notebook's parameters (`carried`), are left out. A vanilla
-run is then the same run in every notebook and grid, and collect counts it once.
+A run keeps only its own method's options (its registry entry's `options` class). The base holds only its own
+method's; the other methods' options come from the notebook's parameters (`options=p`: each option named
+like a field, read as `from_params` reads them). A vanilla run is then the same run in every notebook and grid,
+and collect counts it once.
 """
 from __future__ import annotations
 
@@ -95,13 +96,15 @@ def _check_fields(fields: dict, where: str) -> None:
                          f"seeds are its axes; output_dir its folder)")
 
 
-def _grid_run(base: Validated, parent: Path, key: RunKey, fields: dict, task_overrides: dict) -> GridRun:
-    """One run: the base, the task's overrides, the variant's fields, then the run's task, method and seed."""
+def _grid_run(base: Validated, parent: Path, key: RunKey, fields: dict, task_overrides: dict,
+              others: dict) -> GridRun:
+    """One run: the base, the other methods' options, the task's overrides, the variant's fields, then the run's
+    task, method and seed."""
     own = {f.name for f in dataclasses.fields(base)}
     axes = {field: value for field, value in zip(AXES, key) if field in own}
     name = run_name({**{k: v for k, v in axes.items() if k != "seed"}, **fields, "seed": key.seed})
-    values = {**base.to_dict(), **getattr(base, "carried", {}), **task_overrides.get(key.task, {}), **fields,
-              **axes, "output_dir": str(parent / name)}
+    values = {**base.to_dict(), **others, **task_overrides.get(key.task, {}), **fields, **axes,
+              "output_dir": str(parent / name)}
     try:
         return GridRun(key, name, type(base).from_dict(values, others="drop"))
     except UsageError as err:
@@ -110,15 +113,19 @@ def _grid_run(base: Validated, parent: Path, key: RunKey, fields: dict, task_ove
 
 def plan_grid(base: Validated, output_dir=None, *, tasks=None, methods=None, seeds=None,
               variants: list[Variant] | tuple = (), task_overrides: dict | None = None,
-              label: str = "") -> list[GridRun]:
+              label: str = "", options=None) -> list[GridRun]:
     """Every run of the grid, validated, in the order `run_grid` runs them: the base settings (called `label`)
     over tasks x methods x seeds, then each variant's runs. An axis left None is the base's own value.
-    task_overrides: {task: {field: value}}, the fields one task changes (a task the grid lacks is ignored)."""
+    task_overrides: {task: {field: value}}, the fields one task changes (a task the grid lacks is ignored).
+    options: the notebook's parameters (a namespace or a dict), where the base's other methods find their
+    options; the base's own settings win."""
     if type(base) not in RUNNERS:
         raise UsageError(f"run_grid runs {', '.join(c.__name__ for c in RUNNERS)}, not {type(base).__name__}")
     parent = Path(output_dir if output_dir is not None else base.output_dir)
     crossed = [_axis(base, field, values) for field, values in zip(AXES, (tasks, methods, seeds))]
     task_overrides = task_overrides or {}
+    mine = base.to_dict()
+    others = {k: v for k, v in type(base).notebook_values(options or {}).items() if k not in mine}
     for task, fields in task_overrides.items():
         _check_fields(fields, f"task_overrides[{task!r}]")
     runs: dict[str, GridRun] = {}
@@ -127,7 +134,7 @@ def plan_grid(base: Validated, output_dir=None, *, tasks=None, methods=None, see
         for task, method, seed in itertools.product(*crossed):
             if variant.methods is None or method in variant.methods:
                 run = _grid_run(base, parent, RunKey(task, method, seed, variant.label), variant.fields,
-                                task_overrides)
+                                task_overrides, others)
                 if run.name in runs or run.key in {r.key for r in runs.values()}:
                     raise UsageError(f"two runs of the grid would share the folder or key {run.name!r}; "
                                      f"give each variant its own label and fields")
@@ -137,11 +144,11 @@ def plan_grid(base: Validated, output_dir=None, *, tasks=None, methods=None, see
 
 def run_grid(base: Validated, output_dir=None, *, tasks=None, methods=None, seeds=None,
              variants: list[Variant] | tuple = (), task_overrides: dict | None = None,
-             label: str = "") -> dict[RunKey, dict]:
+             label: str = "", options=None) -> dict[RunKey, dict]:
     """Run the grid `plan_grid` lays out, in this process, with one progress bar over the runs; return each
     run's metrics.json content by its RunKey, in run order. A finished run is read back, not trained again."""
     runs = plan_grid(base, output_dir, tasks=tasks, methods=methods, seeds=seeds, variants=variants,
-                     task_overrides=task_overrides, label=label)
+                     task_overrides=task_overrides, label=label, options=options)
     results = {}
     for run in progress(runs, desc="runs", unit="run"):
         results[run.key] = RUNNERS[type(run.config)](run.config)

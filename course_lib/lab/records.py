@@ -12,6 +12,7 @@ import dataclasses
 import math
 from typing import Callable
 
+from course_lib.lab.archive import old_defaults
 from course_lib.methods.registry import every_method
 from course_lib.tasks.registry import find_task, get_family
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
@@ -65,18 +66,16 @@ class RunKind:
     tasks: Callable[[dict], list[dict]]  # metrics.json -> [{"task", "metrics", "main_metric"}]
     looks_like: Callable[[dict], bool]  # recognises a metrics.json written before `kind` existed
     option_fields: tuple[str, ...] = ()  # the methods' own options (their registry entries' options classes)
-    config_class: type | None = None  # its config: what a key missing from an older file meant (`saved_before`)
+    config_class: type | None = None  # its config: which options its method reads, what an older file meant
 
     def is_method_field(self, name: str) -> bool:
         return name in self.method_fields or name in self.option_fields or name.startswith(METHOD_PREFIXES)
 
     def config_of(self, saved: dict) -> dict:
-        """A saved run's config with every key. A key it lacks is what the run did then, as `from_saved` reads
-        it (`saved_before`), else today's default: a run saved before `asa_cut_row` existed counts as clean."""
-        config = {**self.defaults, **saved}
-        if self.config_class is None:
-            return config
-        return {**config, **{k: v for k, v in self.config_class.saved_before_of(config).items() if k not in saved}}
+        """A saved run's config with every key. A key it lacks is what the run did then (`archive.SAVED_BEFORE`),
+        else today's default: a run saved before `asa_cut_row` existed counts as clean."""
+        old = old_defaults(self.config_class, saved) if self.config_class else {}
+        return {**self.defaults, **saved, **old}
 
     def label_options(self, config: dict, task: str) -> dict:
         """The method's own options a row's label names: those off today's defaults that a run on `task` reads;

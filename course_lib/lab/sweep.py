@@ -52,13 +52,14 @@ from pathlib import Path
 
 import yaml
 
+from course_lib.lab.archive import archived_difference
 from course_lib.lab.collect import write_results
 from course_lib.training.config import FinetuneConfig
 from course_lib.errors import Parser, UsageError, report_errors, yaml_float_hint
 from course_lib.lab.notebooks import NotebookRun, every_notebook
 from course_lib.repro import (METRICS, atomic_write, check_writable_dir, lock_exclusive, progress,
                               read_json, remove_stale_temporaries, write_json)
-from course_lib.config import Validated, first_difference
+from course_lib.config import Validated
 from course_lib.model.weights import check_model
 
 COMMANDS = {"finetune": FinetuneConfig, "notebook": NotebookRun}  # what a grid can run, and its config
@@ -185,7 +186,7 @@ def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
     if kind is NotebookRun and grid.get("notebook") == "all":  # every notebook with the base's preset
         grid = {**grid, "notebook": every_notebook(base.get("preset", "smoke"))}
     if kind is FinetuneConfig:
-        _config(path, "base", base, others="carry")  # every method's options checked now, whichever runs them
+        _config(path, "base", base, others="check")  # every method's options checked now, whichever runs them
     overrides = _task_overrides(path, raw, kind, grid)
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
@@ -298,11 +299,12 @@ def run_status(run: Run) -> str:
 def check_same_config(run: Run) -> None:
     """Refuse a folder that holds another configuration's run (the grid file's base changed, say).
 
-    A field the saved config lacks was added after that run: it matches its default (`first_difference`).
+    A field the saved config lacks was added after that run: it matches what runs did then
+    (`archive.archived_difference`).
     """
     for name in (METRICS, RUN):
         saved = read_json(run.folder / name).get("config")
-        k = first_difference(saved, run.config) if saved else None
+        k = archived_difference(saved, run.config) if saved else None
         if k is not None:
             raise UsageError(f"{run.folder} holds a run with {k}={saved.get(k)!r}, but the grid gives "
                              f"{k}={run.config.to_dict()[k]!r}; use another --output-dir or delete that folder")
@@ -470,7 +472,7 @@ def restore_from_archive(run: Run, archive: str | Path | None) -> bool:
         return False
     source = Path(archive) / run.folder.name / METRICS
     saved = read_json(source)  # {} when the archive lacks the run
-    k = first_difference(saved.get("config") or {}, run.config) if saved else None
+    k = archived_difference(saved.get("config") or {}, run.config) if saved else None
     if k is not None:
         raise UsageError(f"{source} holds a run with {k}={saved['config'].get(k)!r}, but the grid gives "
                          f"{k}={run.config.to_dict()[k]!r}; move that archive aside or use another --archive")

@@ -377,7 +377,6 @@ class TwoPassOptions(Validated):
 
     choices = {"asa_tagging_divergence": tuple(TAGGING_DIVERGENCES),
                "asa_regression_divergence": tuple(REGRESSION_DIVERGENCES), "asa_cut_row": tuple(CUT_ROWS)}
-    saved_before = {"asa_regression_divergence": "squared", "asa_cut_row": "clean"}
 
     @classmethod
     def reads(cls, key: str, task) -> bool:
@@ -400,7 +399,6 @@ class ASAOptions(TwoPassOptions):
         "too, one global norm (it starves the encoder: docs/methods.md)")
 
     choices = {**TwoPassOptions.choices, "asa_noise": NOISES, "asa_clip_scope": CLIP_SCOPES}
-    saved_before = {**TwoPassOptions.saved_before, "asa_clip_scope": "all"}
 
     def validate(self) -> None:
         non_negative(self, "asa_tau")

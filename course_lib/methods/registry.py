@@ -44,8 +44,8 @@ class Method:
     """One fine-tuning method. Every callable receives the run's FinetuneConfig as `cfg`, whose `options` is an
     instance of the method's `options` class.
 
-    options: the method's own options, a Validated dataclass (defaults, ranges, `choices`, `saved_before` and
-    a help text per field (`described`), which --help shows); the command line, grids and metrics.json name its
+    options: the method's own options, a Validated dataclass (defaults, ranges, `choices` and a
+    help text per field (`described`), which --help shows); the command line, grids and metrics.json name its
     fields flat.
     build_model(cfg, encoder, task, tokenizer): the task model for the run's bound task (its family, its
     num_labels), whose forward returns the method's loss; None: the task family's plain head

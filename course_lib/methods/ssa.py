@@ -330,7 +330,6 @@ class SamplerOptions(Validated):
         "nothing kept as all-ones copies); rounded = ours before")
 
     choices = {"ssa_sampler": tuple(SAMPLERS)}
-    saved_before = {"ssa_sampler": "rounded"}  # what runs saved before the option did
 
 
 @dataclass
@@ -351,7 +350,6 @@ class SSAOptions(SamplerOptions):
         "prediction may then differ from the fp32 probe's")
 
     choices = {**SamplerOptions.choices, "ssa_label_mode": LABEL_MODES, "ssa_head_init": tuple(HEAD_INITS)}
-    saved_before = {**SamplerOptions.saved_before, "ssa_head_init": "torch"}
 
     def validate(self) -> None:
         unit_interval(self, "ssa_target_weight")

@@ -1,16 +1,14 @@
-"""The run configurations (`FinetuneConfig`, `MultitaskConfig`, `PretrainConfig`), validated once; each field
-carries its --help text (`described`)."""
+"""The run configurations (`FinetuneConfig`, `MultitaskConfig`, `PretrainConfig`, on the fields they share in
+`RunConfig`), validated once; each field is declared once, with its --help text (`described`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
-
-from course_lib.errors import UsageError, choice_error
 
 from course_lib.config import Validated, described, fraction, non_negative, optional_positive, positive, unit_interval
+from course_lib.errors import UsageError, choice_error
 from course_lib.methods.registry import every_method, get_method, multitask_methods, option_owners
 from course_lib.methods.pretraining import PRETRAIN_METHODS, get_pretrain_method, pretrain_option_owners
-from course_lib.model.config import MIXED_PRECISION
+from course_lib.model.config import MIXED_PRECISION, BertConfig
 from course_lib.tasks.registry import (TASK_TYPES, every_family, every_task, family_of, family_option_owners,
                                       get_family, get_task)
 
@@ -18,46 +16,25 @@ NONFINITE_LOSS = ("stop", "skip")  # what a NaN or infinite loss does to the run
 COMPILE = ("off", "default", "graphs")  # how the model runs: eagerly, torch.compile'd, or also as CUDA graphs
 
 
-def _shared_run_checks(cfg) -> None:
-    """The checks of the fields a run config shares with the others (every field here exists on cfg)."""
-    if cfg.mixed_precision not in MIXED_PRECISION:
-        raise choice_error("mixed precision", cfg.mixed_precision, MIXED_PRECISION)
-    if cfg.on_nonfinite_loss not in NONFINITE_LOSS:
-        raise choice_error("on_nonfinite_loss", cfg.on_nonfinite_loss, NONFINITE_LOSS)
-    if cfg.compile not in COMPILE:
-        raise choice_error("compile", cfg.compile, COMPILE)
-    positive(cfg, "log_every")
-
-
 @dataclass
-class TrainingRunConfig(Validated):
-    """What a fine-tuning run and a multitask run share: the pretrained model, the GLUE data, BERT's fine-tuning
-    recipe (Devlin et al. 2019, App. A.3) and checkpoints.
+class RunConfig(Validated):
+    """What every training run shares: the optimiser's recipe, the seed, checkpoints, precision and speed.
 
-    Not a command of its own: FinetuneConfig and MultitaskConfig add their task(s), their output folder and
-    their own options. A field means the same in both; in a multitask run it applies to each task.
+    Each run kind below adds its own fields; where its recipe differs (pre-training's learning rate), it
+    changes the default alone (`changed_default`), so a field is described once.
     """
 
-    model: str | None = described(None, "None: the packaged MiniLM; else a Hugging Face BERT folder or hub id")
-    glue_dir: str | None = described(None, "None: $GLUE_DIR, else data/glue, else the nyu-mll/glue dataset when online")
-    max_train_samples: int | None = described(None,
-        "train on a seeded random subset of this many examples, per task (None: all)")
-    max_eval_samples: int | None = described(None, "evaluate on a seeded random subset of each dev split (None: all)")
-    epochs: int = described(3, "passes over the training data")
-    max_len: int | None = described(None,
-        "tokens per example, [CLS] and [SEP] included; longer ones are cut (span QA: windowed). None: the task's own, "
-        "128 for GLUE (384 for SQuAD)")
+    glue_dir: str | None = described(None,
+        "GLUE's folder (pre-training without corpus: its sentences); None: $GLUE_DIR, else data/glue, else the "
+        "nyu-mll/glue dataset when online")
     batch_size: int = described(32,
-        "examples per optimiser step (the global batch, over all processes), of one task in multitask")
-    eval_batch_size: int = described(128, "examples per forward pass when evaluating")
+        "examples per optimiser step (the global batch, over all processes), of one task in multitask; blocks in "
+        "pre-training")
     lr: float = described(2e-5, "peak learning rate of AdamW")
     weight_decay: float = described(0.01, "AdamW's decoupled weight decay; biases and LayerNorm are not decayed")
-    warmup_ratio: float = described(0.1, "share of the steps the learning rate rises linearly, then decays to 0")
     max_grad_norm: float = described(1.0, "clip the gradient's global norm to this (0: no clipping)")
-    classifier_dropout: float = described(0.1, "dropout before the classifier head (each task's, in a multitask run)")
-    bucket_by_length: bool = described(False, "batch examples of similar length together: less padding, faster on CPUs")
-    seed: int = described(0, "seeds the heads, dropout, subsets, batch order and a multitask run's task schedule")
-    save_every: int = described(0, "also checkpoint every N optimiser steps (0: end of each epoch only)")
+    seed: int = described(0,
+        "seeds what the run draws: new weights and heads, dropout, masks, subsets, batch order, a multitask schedule")
     keep_checkpoint: bool = described(False, "keep checkpoint.pt (optimiser state too) after the run completes")
     mixed_precision: str = described("no", "accelerate's autocast; fp16 needs a CUDA GPU, bf16 also runs on CPUs")
     on_nonfinite_loss: str = described("stop", "stop: fail keeping the last good checkpoint; skip: drop that step")
@@ -65,18 +42,53 @@ class TrainingRunConfig(Validated):
         "swap the CPU kernels in (course_lib.fast.optimize): same function, faster; dropout masks are drawn another "
         "way, so runs with and without differ by their draws")
     log_every: int = described(50,
-        "read the loss and the method's statistics from the device every N steps (the bar shows their mean; a "
-        "non-finite loss is caught there); steps in between never wait for the GPU")
+        "read the loss and the method's statistics from the device every N steps (the bar and the loss curve show "
+        "their mean; a non-finite loss is caught there); steps in between never wait for the GPU")
     compile: str = described("off",
         "off | default: torch.compile the model | graphs: also CUDA graphs, batches padded to a few fixed lengths (GPU"
         " only); see docs/speed.md for what each method needs")
 
+    choices = {"mixed_precision": MIXED_PRECISION, "on_nonfinite_loss": NONFINITE_LOSS, "compile": COMPILE}
+
     def validate(self) -> None:
-        positive(self, "epochs", "max_len", "batch_size", "eval_batch_size", "lr")
+        positive(self, "batch_size", "lr", "log_every")
+        non_negative(self, "weight_decay", "max_grad_norm")
+
+
+def changed_default(name: str, default):
+    """RunConfig's field `name` with another default, its description unchanged."""
+    return described(default, RunConfig.__dataclass_fields__[name].metadata["help"])
+
+
+@dataclass
+class TrainingRunConfig(RunConfig):
+    """What a fine-tuning run and a multitask run share: the pretrained model, the task data and BERT's
+    fine-tuning recipe (Devlin et al. 2019, App. A.3).
+
+    Not a command of its own: FinetuneConfig and MultitaskConfig add their task(s), their output folder and
+    their own options. A field means the same in both; in a multitask run it applies to each task.
+    """
+
+    model: str | None = described(None, "None: the packaged MiniLM; else a Hugging Face BERT folder or hub id")
+    max_train_samples: int | None = described(None,
+        "train on a seeded random subset of this many examples, per task (None: all)")
+    max_eval_samples: int | None = described(None, "evaluate on a seeded random subset of each dev split (None: all)")
+    epochs: int = described(3, "passes over the training data")
+    max_len: int | None = described(None,
+        "tokens per example, [CLS] and [SEP] included; longer ones are cut (span QA: windowed). None: the task's own, "
+        "128 for GLUE (384 for SQuAD)")
+    eval_batch_size: int = described(128, "examples per forward pass when evaluating")
+    warmup_ratio: float = described(0.1, "share of the steps the learning rate rises linearly, then decays to 0")
+    classifier_dropout: float = described(0.1, "dropout before the classifier head (each task's, in a multitask run)")
+    bucket_by_length: bool = described(False, "batch examples of similar length together: less padding, faster on CPUs")
+    save_every: int = described(0, "also checkpoint every N optimiser steps (0: end of each epoch only)")
+
+    def validate(self) -> None:
+        super().validate()
+        positive(self, "epochs", "max_len", "eval_batch_size")
         optional_positive(self, "max_train_samples", "max_eval_samples")
         fraction(self, "warmup_ratio", "classifier_dropout")
-        non_negative(self, "weight_decay", "max_grad_norm", "save_every")
-        _shared_run_checks(self)
+        non_negative(self, "save_every")
 
 
 @dataclass
@@ -101,14 +113,11 @@ class FinetuneConfig(TrainingRunConfig):
     task_options: Validated | None = described(None,
         "the task family's own options (span QA's strides, a custom file's columns), an instance of its registry "
         "entry's `options` class (None: their defaults); flat as `options`")
-    carried: dict = described(
-        "other methods' options, carried by a notebook's grid base to the runs of those methods (from_params); never "
-        "read by this run, never saved", default_factory=dict, compare=False, metadata={"saved": False})
+
+    choices = {**RunConfig.choices, "task_type": tuple(TASK_TYPES)}
 
     def validate(self) -> None:
         task = get_task(self.task)
-        if self.task_type is not None and self.task_type not in TASK_TYPES:
-            raise choice_error("task_type", self.task_type, TASK_TYPES)
         if self.max_len is None:
             self.max_len = task.max_len
         super().validate()
@@ -125,7 +134,7 @@ class FinetuneConfig(TrainingRunConfig):
         return list(dict.fromkeys(classes))
 
     @classmethod
-    def carried_classes(cls) -> list[type]:  # a notebook carries other methods' options, no family's
+    def notebook_option_classes(cls) -> list[type]:  # other methods' options, no family's
         return list(dict.fromkeys(m.options for m in every_method().values()))
 
     @classmethod
@@ -140,13 +149,14 @@ class FinetuneConfig(TrainingRunConfig):
 
 
 @dataclass
-class PretrainConfig(Validated):
+class PretrainConfig(RunConfig):
     """One pre-training run from scratch: MLM, or MLM + AG (Deshpande & Narasimhan 2020).
 
     The paper's recipe where it applies: lr 1e-4, no warmup, no weight decay, clipping at 1.0. The default
     model is small enough for a few hundred steps in minutes on a CPU; with its 8 heads the code's
     ag_head_types "0,1,1,4" guides 6 (lambda = 3/4 in the paper's grid; "0,1,1,2" is its chosen 1/2).
-    The method's options (`options`, from its entry in `methods.pretraining`) are flat outside Python.
+    The new model's shape takes `BertConfig`'s names (`MODEL_SHAPE`). The method's options (`options`, from its
+    entry in `methods.pretraining`) are flat outside Python.
     """
 
     method: str = described("mlm", "the pre-training method, a name in methods.pretraining: mlm | ag")
@@ -154,56 +164,41 @@ class PretrainConfig(Validated):
         "the vocabulary: a BERT folder (or one with only its tokenizer files) or hub id; None: the packaged MiniLM's. "
         "The new model's size is set below; only the tokenizer is taken from here")
     corpus: str | None = described(None, "a text file, one sentence or paragraph a line; None: see glue_dir")
-    glue_dir: str | None = described(None,
-        "without corpus: GLUE sentences from here, $GLUE_DIR or data/glue, else generated")
     output_dir: str = described("runs/pretrain",
         "checkpoints, the trained model folder and metrics.json; reruns resume")
     max_steps: int = described(300, "optimiser steps of the run")
     max_len: int = described(64, "tokens per block; lines are packed whole into blocks")
-    batch_size: int = described(32, "blocks per optimiser step")
     eval_blocks: int = described(64, "held-out blocks scored every eval_every steps, with fixed masks")
     eval_every: int = described(50, "also the checkpoint interval")
-    log_every: int = described(10,
-        "train loss curve: mean over each window of this many steps, read from the device then")
-    lr: float = described(1e-4, "peak learning rate of AdamW")
     warmup_steps: int = described(0, "steps the learning rate rises linearly, then decays linearly to 0")
-    weight_decay: float = described(0.0, "AdamW's decoupled weight decay; biases and LayerNorm are not decayed")
-    max_grad_norm: float = described(1.0, "clip the gradient's global norm to this (0: no clipping)")
     mlm_probability: float = described(0.15, "share of real tokens predicted: 80% [MASK], 10% random, 10% kept")
-    num_layers: int = described(4, "encoder layers of the new model")
+    num_hidden_layers: int = described(4, "encoder layers of the new model")
     hidden_size: int = described(128, "its width d")
-    num_heads: int = described(8, "its attention heads; must divide hidden_size")
+    num_attention_heads: int = described(8, "its attention heads; must divide hidden_size")
     intermediate_size: int = described(512, "its feed-forward width")
-    hidden_dropout: float = described(0.1, "dropout on embeddings and sub-layer outputs")
-    attention_dropout: float = described(0.1, "dropout on the attention probabilities")
-    seed: int = described(0, "seeds the initial weights, masks, held-out blocks and batch order")
-    keep_checkpoint: bool = described(False, "keep checkpoint.pt (optimiser state too) after the run completes")
-    mixed_precision: str = described("no", "accelerate's autocast; fp16 needs a CUDA GPU, bf16 also runs on CPUs")
-    on_nonfinite_loss: str = described("stop", "stop: fail keeping the last good checkpoint; skip: drop that step")
-    fast_kernels: bool = described(True,
-        "swap the CPU kernels in (course_lib.fast.optimize): same function, faster; dropout masks are drawn another "
-        "way, so runs with and without differ by their draws")
-    compile: str = described("off", "off | default: torch.compile the model | graphs: also CUDA graphs (GPU only)")
+    hidden_dropout_prob: float = described(0.1, "dropout on embeddings and sub-layer outputs")
+    attention_probs_dropout_prob: float = described(0.1, "dropout on the attention probabilities")
+    lr: float = changed_default("lr", 1e-4)
+    weight_decay: float = changed_default("weight_decay", 0.0)
+    log_every: int = changed_default("log_every", 10)
     options: Validated | None = described(None,
         "the method's options (None: their defaults): the patterns, and AG's scale")
-    carried: dict = described(
-        "AG's options given to an MLM run's grid base (a notebook's), carried to the grid's AG runs; never read by "
-        "this run, never saved", default_factory=dict, compare=False, metadata={"saved": False})
 
     def validate(self) -> None:
         self.fill_nested()  # the method's options
-        positive(self, "max_steps", "max_len", "batch_size", "eval_blocks", "eval_every", "log_every", "lr",
-                  "num_layers", "hidden_size", "num_heads", "intermediate_size")
-        fraction(self, "hidden_dropout", "attention_dropout")
+        super().validate()
+        positive(self, "max_steps", "max_len", "eval_blocks", "eval_every")
         if not 0 < self.mlm_probability < 1:
             raise UsageError(f"PretrainConfig.mlm_probability must be in (0, 1), got {self.mlm_probability!r}")
         if self.max_len < 8:
             raise UsageError(f"PretrainConfig.max_len must be at least 8, got {self.max_len!r}")
-        if self.hidden_size % self.num_heads:
-            raise UsageError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
-        non_negative(self, "warmup_steps", "weight_decay", "max_grad_norm")
-        _shared_run_checks(self)
-        self.options.check_heads(self.num_heads)
+        self.model_shape()  # BertConfig's checks: sizes > 0, dropout in [0, 1), heads dividing the width
+        non_negative(self, "warmup_steps")
+        self.options.check_heads(self.num_attention_heads)
+
+    def model_shape(self) -> BertConfig:
+        """The new model's shape, without its vocabulary (the tokenizer's)."""
+        return BertConfig(**{name: getattr(self, name) for name in MODEL_SHAPE})
 
     @classmethod
     def nested(cls, values: dict) -> dict[str, type]:
@@ -219,6 +214,17 @@ class PretrainConfig(Validated):
 
     def unset(self) -> "PretrainConfig":
         return PretrainConfig(method=self.method)
+
+
+MODEL_SHAPE = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "hidden_dropout_prob",
+               "attention_probs_dropout_prob")  # PretrainConfig's fields that are BertConfig's
+
+
+DEFAULT_MULTITASK_TASKS = "sst2,rte,stsb"
+CS224N_TASKS = "cs224n_sst,cs224n_para,cs224n_sts"  # sentiment, paraphrase, similarity: the course's order
+PAIR_ENCODINGS = ("separate", "cross")
+COURSE_OPTIONS = ("finetune", "pretrain")
+MULTITASK_SCHEDULES = ("round_robin", "proportional", "annealed")
 
 
 @dataclass
@@ -259,10 +265,9 @@ class MultitaskConfig(TrainingRunConfig):
     span_qa_options: Validated | None = described(None,
         "the span-QA family's options, for a span-QA task among `tasks` (None: their defaults); flat as options. The "
         "other families' options describe custom files, which a multitask run does not take")
-    carried: dict = described(
-        "other methods' options, carried by a notebook's grid base to the runs of those methods (from_params); never "
-        "read, never saved", default_factory=dict, compare=False, metadata={"saved": False})
-    saved_before: ClassVar[dict] = {**TrainingRunConfig.saved_before, "ssa_method": "ssa-co"}  # --ssa was SSA-Co
+
+    choices = {**RunConfig.choices, "schedule": MULTITASK_SCHEDULES, "pair_encoding": PAIR_ENCODINGS,
+               "option": COURSE_OPTIONS}
 
     @classmethod
     def nested(cls, values: dict) -> dict[str, type]:
@@ -306,10 +311,6 @@ class MultitaskConfig(TrainingRunConfig):
                 raise choice_error("SSA task", name, ["none", "all", *names])
         if self.ssa_method not in multitask_methods():
             raise choice_error("multitask method", self.ssa_method, multitask_methods())
-        for choice, valid in (("pair_encoding", PAIR_ENCODINGS), ("option", COURSE_OPTIONS),
-                              ("schedule", MULTITASK_SCHEDULES)):
-            if getattr(self, choice) not in valid:
-                raise choice_error(choice, getattr(self, choice), valid)
         if self.cs224n and names[:3] != CS224N_TASKS.split(","):
             raise UsageError(f"--cs224n trains {CS224N_TASKS} (in that order, others may follow), got {self.tasks!r}")
         both = sorted(set(self.ssa_task_names()) & set(self.separate_pair_tasks()))
@@ -329,13 +330,6 @@ class MultitaskConfig(TrainingRunConfig):
                 raise UsageError("--use-gpu: no CUDA GPU is visible here (leave the flag out to train on the CPU)")
 
 
-DEFAULT_MULTITASK_TASKS = "sst2,rte,stsb"
-CS224N_TASKS = "cs224n_sst,cs224n_para,cs224n_sts"  # sentiment, paraphrase, similarity: the course's order
-PAIR_ENCODINGS = ("separate", "cross")
-COURSE_OPTIONS = ("finetune", "pretrain")
-MULTITASK_SCHEDULES = ("round_robin", "proportional", "annealed")
-
-
 # ----------------------------------------------------------------------------------------------
 # What --help lists for the fields that take one of a few names
 
@@ -344,10 +338,8 @@ def field_choices(cls) -> dict[str, tuple[str, ...]]:
     """The valid names of the fields that take one: validate() checks them, --help lists them. A config class's
     own `choices` (a method's options) and, for the run configs, the registries' names."""
     per_class = {
-        FinetuneConfig: {"task": tuple(every_task()), "task_type": tuple(TASK_TYPES), "method": tuple(every_method())},
-        MultitaskConfig: {"tasks": tuple(t for t in every_task() if t != "custom"), "schedule": MULTITASK_SCHEDULES,
-                          "pair_encoding": PAIR_ENCODINGS, "option": COURSE_OPTIONS},
+        FinetuneConfig: {"task": tuple(every_task()), "method": tuple(every_method())},
+        MultitaskConfig: {"tasks": tuple(t for t in every_task() if t != "custom")},
         PretrainConfig: {"method": tuple(PRETRAIN_METHODS)},
     }
-    shared = {"mixed_precision": MIXED_PRECISION, "on_nonfinite_loss": NONFINITE_LOSS}
-    return {**shared, **per_class.get(cls, {}), **getattr(cls, "choices", {})}
+    return {**per_class.get(cls, {}), **getattr(cls, "choices", {})}

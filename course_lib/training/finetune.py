@@ -304,7 +304,7 @@ def load_finetuned(output_dir) -> tuple[SequenceClassifier, object]:
     if not (out / METRICS).is_file() or not (out / WEIGHTS).is_file():
         raise UsageError(f"{out} holds no completed fine-tuning run ({METRICS} and {WEIGHTS}): run finetune "
                          f"there first")
-    cfg = FinetuneConfig.from_saved(json.loads((out / METRICS).read_text())["config"])
+    cfg = FinetuneConfig.from_dict(json.loads((out / METRICS).read_text())["config"], others="drop")
     encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
     model = build_classifier(cfg, encoder, run_task(cfg), tokenizer)
     model.load_state_dict(load_file(out / WEIGHTS))

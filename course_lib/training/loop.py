@@ -29,7 +29,7 @@ from accelerate import Accelerator
 
 from course_lib.fast import optimize
 from course_lib.errors import Preempted, RunFailed, UsageError
-from course_lib.config import first_difference
+from course_lib.config import NOT_SAVED, first_difference
 from course_lib.training.compiled import compile_modules
 from course_lib.training.reuse import reuse_finished_run
 from course_lib.repro import (CHECKPOINT, METRICS, check_writable_dir, lock_exclusive, progress,
@@ -183,12 +183,12 @@ def read_checkpoint(path: Path) -> dict:
 def check_same_run(saved: dict, cfg, path: Path) -> None:
     """Refuse to resume or reuse the output of a different configuration (any config dataclass).
 
-    A field missing from an older file counts as its default, so adding an option never orphans old runs.
+    A field missing from an older version's file differs: that version may have done something else there.
     """
     k = first_difference(saved, cfg)
     if k is not None:
-        raise UsageError(f"{path} holds a different run's checkpoint ({k}={saved.get(k, cfg.defaults().get(k))!r}, "
-                         f"this run has {k}={getattr(cfg, k)!r}); use another --output-dir or delete it")
+        raise UsageError(f"{path} holds a different run's checkpoint ({k}={saved.get(k, NOT_SAVED)!r}, "
+                         f"this run has {k}={cfg.to_dict()[k]!r}); use another --output-dir or delete it")
 
 
 def finished_run(out: Path, cfg) -> dict | None:

@@ -250,7 +250,7 @@ def load_multitask(output_dir) -> tuple[MultitaskBert, object]:
     if not (out / METRICS).is_file() or not (out / WEIGHTS).is_file():
         raise UsageError(f"{out} holds no completed multitask run ({METRICS} and {WEIGHTS}): run train_multitask "
                          f"there first")
-    cfg = MultitaskConfig.from_saved(json.loads((out / METRICS).read_text())["config"])
+    cfg = MultitaskConfig.from_dict(json.loads((out / METRICS).read_text())["config"], others="drop")
     encoder, tokenizer = load_pretrained(cfg.model)
     model = build_multitask(cfg, encoder, tokenizer)
     missing, unexpected = model.load_state_dict(load_file(out / WEIGHTS), strict=False)

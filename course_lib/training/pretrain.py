@@ -21,6 +21,7 @@ model.safetensors, tokenizer files) that `load_pretrained` and `finetune --model
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -158,14 +159,12 @@ def evaluate(model: BertForMaskedLM, blocks: list[list[int]], batch_size: int, p
 
 def build_mlm_model(cfg: PretrainConfig, tokenizer) -> tuple["BertForMaskedLM", AttentionGuidance]:
     """A fresh BERT with an MLM head shaped by the config, and the attention guidance its AG run would use."""
-    bert_cfg = BertConfig(vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
-                          num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
-                          hidden_dropout_prob=cfg.hidden_dropout, attention_probs_dropout_prob=cfg.attention_dropout,
-                          max_position_embeddings=cfg.max_len, pad_token_id=tokenizer.pad_token_id)
+    bert_cfg = dataclasses.replace(cfg.model_shape(), vocab_size=len(tokenizer), max_position_embeddings=cfg.max_len,
+                                   pad_token_id=tokenizer.pad_token_id)
     model = BertForMaskedLM(bert_cfg)  # first: its initialisation draws from the seeded generator
     options = cfg.options
-    guidance = AttentionGuidance(cfg.num_heads, options.ag_head_types, options.ag_reduction, options.ag_boundary,
-                                 delimiter_ids=(tokenizer.cls_token_id, tokenizer.sep_token_id),
+    guidance = AttentionGuidance(cfg.num_attention_heads, options.ag_head_types, options.ag_reduction,
+                                 options.ag_boundary, delimiter_ids=(tokenizer.cls_token_id, tokenizer.sep_token_id),
                                  period_ids=tokenizer.convert_tokens_to_ids(["."]))
     return model, guidance
 

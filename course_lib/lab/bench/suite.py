@@ -304,8 +304,9 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
            for bf16 in (False, True) for epoch in ssa_epochs]
     return {"batch_size": batch_size, "seq_len": seq_len, "threads": torch.get_num_threads(),
             "model": str(resolve_model_dir(model_name)), "text": source, "repeats": repeats,
-            "pretrain_model": {"layers": pcfg.num_layers, "hidden": pcfg.hidden_size, "heads": pcfg.num_heads,
-                               "ag_head_types": pcfg.options.ag_head_types, "tokens": tokens},
+            "pretrain_model": {"layers": pcfg.num_hidden_layers, "hidden": pcfg.hidden_size,
+                               "heads": pcfg.num_attention_heads, "ag_head_types": pcfg.options.ag_head_types,
+                               "tokens": tokens},
             "load_average": {"before": load_before, "after": machine_load()}, "methods": rows, "ssa_labels": ssa}
 
 
