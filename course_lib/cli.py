@@ -30,6 +30,9 @@ COMMANDS = {  # the commands with a parser of their own: `python -m course_lib N
     "check": ("course_lib.teaching.check", "a question's public checks (assignment mode), on a CPU in seconds"),
     "assignment": ("course_lib.teaching.assignment", "staff: build the student release, grade a copy, list the "
                                                      "questions"),
+    "export": ("course_lib.training.export", "write a finished fine-tuning run as a Hugging Face model folder"),
+    "predict": ("course_lib.training.predict", "a finished fine-tuning run's model on new text, one prediction per "
+                                               "row"),
     "bench": ("course_lib.lab.bench.command", "benchmarks, measured side by side in one process"),
     "gpu-check": ("course_lib.lab.bench.gpu_check", "the checks a CPU cannot run (bf16 parity, speed, every method "
                                                 "and paper preset, the loop), one report"),

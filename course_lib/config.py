@@ -210,16 +210,16 @@ def option_readers(kind: str, entries) -> dict[str, str]:
     return {option: f"{kind} " + ", ".join(names) for option, names in readers.items()}
 
 
-NOT_SAVED = "<not saved>"  # what first_difference's callers show for a field a saved config lacks
-
-
 def first_difference(saved: dict, config) -> str | None:
-    """The first field (by name), output_dir aside, where a saved run's config differs from `config` (a
-    Validated config or any with `to_dict`), else None. A field the saved config lacks differs: it was saved by
+    """The first field (by name) where a saved run's config differs from `config` (a Validated config or any
+    with `to_dict`), else None; output_dir and fields that do not change what the run computes (their metadata
+    says `same_run: False`, as `export`) aside. A field the saved config lacks differs: it was saved by
     an older version, which may have done something else there (the lab reads its archive of such runs with
     what they did, `course_lib.lab.archive`)."""
     mine = config.to_dict()
-    diff = sorted(k for k in mine if k != "output_dir" and saved.get(k, NOT_SAVED) != mine[k])
+    fields = getattr(config, "__dataclass_fields__", {})
+    aside = {"output_dir", *(name for name, f in fields.items() if not f.metadata.get("same_run", True))}
+    diff = sorted(k for k in mine if k not in aside and (k not in saved or saved[k] != mine[k]))
     return diff[0] if diff else None
 
 

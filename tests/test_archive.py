@@ -21,7 +21,8 @@ def test_the_lesson_counts_a_field_an_older_version_did_not_save_as_a_difference
     assert first_difference(cfg.to_dict(), cfg) is None
     old = _saved_without(cfg, "asa_clip_scope")
     assert first_difference(old, cfg) == "asa_clip_scope"
-    with pytest.raises(UsageError, match=r"\(asa_clip_scope='<not saved>', this run has asa_clip_scope='learner'\)"):
+    with pytest.raises(UsageError, match=r"saved by an older version, which did not record asa_clip_scope \(this "
+                                         r"run has asa_clip_scope='learner'\); delete it to run again"):
         check_same_run(old, cfg, tmp_path)
 
 

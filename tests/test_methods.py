@@ -14,7 +14,8 @@ from course_lib.training.config import FinetuneConfig
 from course_lib.errors import UsageError
 from course_lib.methods.registry import METHODS, Method, every_method, get_method, register
 from course_lib.tasks.sentence import plain_head
-from course_lib.training.finetune import finetune, load_finetuned
+from course_lib.training.finetune import finetune
+from course_lib.training.task_model import load_finetuned
 from course_lib.model.weights import load_pretrained
 
 ROOT = Path(__file__).resolve().parent.parent

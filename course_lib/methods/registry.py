@@ -56,6 +56,9 @@ class Method:
     token_labels: the task model reads per-token labels (SSA), which epoch_data writes into the features.
     clip_scope(cfg, model): the parameters the gradient clip covers, or None for all of them (ASA leaves its
     adversaries out, `asa.clipped_parameters`).
+    export_refusal: why the fine-tuned model is not transformers' BERT at inference, and what to use instead;
+    None: it is (its training-only parts, ASA's adversaries or SSA's token head, are left out), and `export`
+    writes it as a Hugging Face folder.
     """
 
     name: str
@@ -70,6 +73,7 @@ class Method:
     #   changes the encoder, whose output every family's head reads)
     multitask: bool = False  # it may train some tasks of a multitask run: it changes only its task's head, loss
     #   and data; not the encoder every task shares (SSAF), not the gradient clip (ASA)
+    export_refusal: str | None = None
 
     def check_family(self, family: str) -> None:
         """Refuse a task family the method is not defined for, in one line naming the ones it is."""
@@ -122,6 +126,9 @@ def option_owners() -> dict[str, str]:
 
 # The built-in methods: each entry builds its method, importing its module, the first time it is asked for.
 
+OWN = "use it through this library (load_finetuned, predict)"  # what a method `export` refuses offers instead
+
+
 def _vanilla() -> Method:
     return Method("vanilla", "plain fine-tuning (Devlin et al. 2019)", multitask=True)
 
@@ -129,7 +136,8 @@ def _vanilla() -> Method:
 def _ssaf() -> Method:
     from course_lib.methods import ssaf
     return Method("ssaf", "sparsegen-lin attention in every head (Cui et al. 2019)", ssaf.SSAFOptions,
-                  encoder_overrides=ssaf.encoder_config)
+                  encoder_overrides=ssaf.encoder_config,
+                  export_refusal="its attention normalises with sparsegen-lin, which transformers' BERT lacks; " + OWN)
 
 
 def _asa() -> Method:
@@ -155,7 +163,9 @@ def _ssa_hybrid() -> Method:
     from course_lib.methods import ssa
     return Method("ssa-hybrid", "self-supervised attention with importance pooling (Kou et al. 2020)",
                   ssa.SSAHybridOptions, build_model=ssa.build_ssa_hybrid, epoch_data=ssa.ssa_epoch_data,
-                  token_labels=True, families=("sentence",), multitask=True)
+                  token_labels=True, families=("sentence",), multitask=True,
+                  export_refusal="its head pools the tokens by learned importance, which no transformers head "
+                                 "does; " + OWN)
 
 
 def _bert_mask() -> Method:
@@ -167,7 +177,9 @@ def _bert_mask() -> Method:
 def _mean_pool() -> Method:
     return Method("mean-pool", "vanilla with the head on the mean token vector, not [CLS] (a control)",
                   build_model=lambda cfg, encoder, task, tokenizer: MeanPoolClassifier(
-                      encoder, task.num_labels, cfg.classifier_dropout), families=("sentence",), multitask=True)
+                      encoder, task.num_labels, cfg.classifier_dropout), families=("sentence",), multitask=True,
+                  export_refusal="its head reads the mean token vector, not the pooled [CLS] that transformers' "
+                                 "heads read; " + OWN)
 
 
 BUILTIN_METHODS: dict[str, Callable[[], Method]] = {

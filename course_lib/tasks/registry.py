@@ -50,6 +50,11 @@ class TaskFamily:
                                                    the family holds an instance as cfg.task_options
     percent_scores                                 whether score() gives 0-100 (SQuAD's official script) rather
                                                    than fractions; results tables show both on the 0-100 scale
+    hf_class                                       transformers' model class of the plain head, which `export`
+                                                   writes and `AutoModelFor...` loads (None: none fits)
+    read_inputs(task, path)                        a prediction's input: a file's examples, labels not read
+                                                   (None: `predict` does not take this family yet)
+    prediction_rows(task, outputs, examples)       one readable prediction per example, from its output row
     """
 
     name: str
@@ -66,6 +71,9 @@ class TaskFamily:
     custom: Callable | None = None
     options: type[Validated] = NoOptions
     percent_scores: bool = False
+    hf_class: str | None = None
+    read_inputs: Callable | None = None
+    prediction_rows: Callable | None = None
 
 
 FAMILIES: dict[str, TaskFamily] = {}  # what is loaded so far; every_family() loads the built-in ones
@@ -197,7 +205,9 @@ def _sentence_family() -> TaskFamily:
         sentence.SENTENCE, "classification or regression of a sentence or a pair",
         read=sentence.read, encode=sentence.encode, collate=sentence.collate, build_head=sentence.plain_head,
         decode=sentence.decode, score=sentence.score, write_predictions=sentence.write_predictions,
-        predictions_suffix="tsv", custom=sentence_files.custom, options=sentence.SentenceFileOptions)
+        predictions_suffix="tsv", custom=sentence_files.custom, options=sentence.SentenceFileOptions,
+        hf_class="BertForSequenceClassification", read_inputs=sentence_files.read_inputs,
+        prediction_rows=sentence.prediction_rows)
 
 
 def _span_qa_family() -> TaskFamily:
@@ -206,7 +216,8 @@ def _span_qa_family() -> TaskFamily:
         span_qa.SPAN_QA, "span question answering: the answer is a span of the context",
         read=span_qa.read, encode=span_qa.encode, collate=squad.collate_squad, build_head=span_qa.plain_head,
         decode=span_qa.decode, score=span_qa.score, write_predictions=span_qa.write_predictions,
-        predictions_suffix="json", options=span_qa.SpanQAOptions, percent_scores=True)
+        predictions_suffix="json", options=span_qa.SpanQAOptions, percent_scores=True,
+        hf_class="BertForQuestionAnswering")
 
 
 def _tagging_family() -> TaskFamily:
@@ -215,7 +226,8 @@ def _tagging_family() -> TaskFamily:
         tagging.TAGGING, "token tagging: a tag per word (named entities), scored by entity",
         read=tagging.read, encode=tagging.encode, collate=tagging.collate, build_head=tagging.plain_head,
         decode=tagging.decode, score=tagging.score, write_predictions=tagging.write_predictions,
-        predictions_suffix="conll", length=tagging.length, custom=tagging.custom, options=tagging.TaggingFileOptions)
+        predictions_suffix="conll", length=tagging.length, custom=tagging.custom, options=tagging.TaggingFileOptions,
+        hf_class="BertForTokenClassification")
 
 
 def _multiple_choice_family() -> TaskFamily:
@@ -224,7 +236,7 @@ def _multiple_choice_family() -> TaskFamily:
         mc.MULTIPLE_CHOICE, "multiple choice: one (context, choice) pair encoded per choice",
         read=mc.read, encode=mc.encode, collate=mc.collate, build_head=mc.plain_head, decode=mc.decode,
         score=mc.score, write_predictions=mc.write_predictions, predictions_suffix="tsv", length=mc.length,
-        custom=mc.custom)
+        custom=mc.custom, hf_class="BertForMultipleChoice")
 
 
 BUILTIN_FAMILIES: dict[str, Callable[[], TaskFamily]] = {

@@ -109,6 +109,22 @@ def decode(task, outputs: list[torch.Tensor], features: list[dict]) -> torch.Ten
     return (logits.squeeze(-1) if logits.shape[-1] == 1 else logits.argmax(-1)).float()
 
 
+def prediction_rows(task, outputs: list[torch.Tensor], examples: list[Example]) -> list[dict]:
+    """One row per example: its texts, then the class the model picks (as the task's files name it) and its
+    probability, or its score."""
+    rows = []
+    for example, logits in zip(examples, outputs):
+        row = dict(zip(task.text_columns, example.texts))
+        if task.is_regression:
+            row["score"] = round(float(logits[0]), 6)
+        else:
+            probabilities = logits.softmax(-1)
+            best = int(probabilities.argmax())
+            row.update(label=task.label_names[best], probability=round(float(probabilities[best]), 6))
+        rows.append(row)
+    return rows
+
+
 def score(task, predictions: torch.Tensor, features: list[dict]) -> tuple[dict[str, float], str | None]:
     """The task's metrics (GLUE's names: accuracy, f1, matthews_correlation, pearson, spearmanr), and a line
     when the predictions are all one class or constant (a score that reads like a result but is not one)."""

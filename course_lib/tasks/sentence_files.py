@@ -166,12 +166,13 @@ def delimited_rows(task: FileSentenceTask, path: Path, delimiter: str) -> list[R
     with open(path, encoding="utf-8-sig", newline="") as f:
         records = _records(csv.reader(f, delimiter=delimiter, quoting=quoting), path)
         header = list(task.columns) if task.columns else [c.strip() for c in next(records, (1, []))[1]]
-        wanted = (*task.text_columns, task.label_column)
+        wanted = wanted_columns(task)
         missing = [c for c in wanted if c not in header]
         if missing:
             raise UsageError(f"{path}: header lacks column {missing[0]!r} (expected {', '.join(wanted)}; "
                              f"found {', '.join(header) or 'an empty first line'})")
-        text_at, label_at = [header.index(c) for c in task.text_columns], header.index(task.label_column)
+        text_at = [header.index(c) for c in task.text_columns]
+        label_at = header.index(task.label_column) if task.label_column else None
         rows = []
         for line, fields in records:
             if not fields:  # a blank line, e.g. a trailing one
@@ -180,8 +181,15 @@ def delimited_rows(task: FileSentenceTask, path: Path, delimiter: str) -> list[R
             if len(fields) != len(header):
                 raise UsageError(f"{where}: expected {len(header)} {FIELD_NAMES[delimiter]}-separated fields "
                                  f"({', '.join(header)}), found {len(fields)}")
-            rows.append((tuple(fields[i] for i in text_at), label_text(fields[label_at], where), where))
+            label = label_text(fields[label_at], where) if label_at is not None else ""
+            rows.append((tuple(fields[i] for i in text_at), label, where))
     return rows
+
+
+def wanted_columns(task: FileSentenceTask) -> tuple[str, ...]:
+    """The columns a row must have: the texts, and the label unless the rows are a prediction's input
+    (`label_column` "")."""
+    return (*task.text_columns, *((task.label_column,) if task.label_column else ()))
 
 
 def jsonl_rows(task: FileSentenceTask, path: Path) -> list[Row]:
@@ -193,7 +201,7 @@ def object_row(task: FileSentenceTask, value, where: str) -> Row:
     """One JSON object (or hub row): its texts must be strings, its label text or a number."""
     if not isinstance(value, dict):
         raise UsageError(f"{where}: expected a JSON object, found {type(value).__name__}")
-    wanted = (*task.text_columns, task.label_column)
+    wanted = wanted_columns(task)
     for key in wanted:
         if key not in value:
             raise UsageError(f"{where}: missing {key!r} (expected {', '.join(wanted)}; "
@@ -201,6 +209,8 @@ def object_row(task: FileSentenceTask, value, where: str) -> Row:
     for key in task.text_columns:
         if not isinstance(value[key], str):
             raise UsageError(f"{where}: {key!r} is not text (found {type(value[key]).__name__})")
+    if not task.label_column:
+        return tuple(value[key] for key in task.text_columns), "", where
     label = value[task.label_column]
     if isinstance(label, (bool, list, dict)):
         raise UsageError(f"{where}: label {json.dumps(label)} is neither text nor a number")
@@ -368,3 +378,12 @@ semeval2013 = FileSentenceTask(  # SemEval-2013 Task 2 subtask B (Nakov et al. 2
            "label negative, neutral or positive (the task's objective labels counted as neutral)")
 
 PRESETS = (sst5, anli, paws_qqp, scitail, semeval2013)
+
+
+def read_inputs(task, path: Path) -> list[sentence.Example]:
+    """A prediction's input: the rows of a CSV, TSV or JSON-lines file with the run's text columns, as training
+    reads them (a label column may be there; it is not read). A .tsv is read as its preset reads its own files
+    (GLUE's: '"' is plain text)."""
+    reader = FileSentenceTask(task.name, tuple(task.text_columns), task.label_names, (), None, label_column="",
+                              quoted=getattr(task, "quoted", False))
+    return [sentence.Example(texts, 0) for texts, _, _ in read_rows(reader, Path(path))]

@@ -105,6 +105,9 @@ class FinetuneConfig(TrainingRunConfig):
     data_dir: str | None = described(None,
         "a preset's folder of files (None: its variable, e.g. $WNUT17_DIR, else the hub)")
     output_dir: str = described("runs/finetune", "checkpoints, weights and metrics.json; a rerun resumes from here")
+    export: bool = described(False,
+        "also write the finished model as a Hugging Face folder, output_dir/hf_model (methods whose model is not "
+        "BERT's at inference are refused before training)", metadata={"same_run": False})
     method: str = described("vanilla",
         "the attention method fine-tuned, a name in the method registry (vanilla: plain BERT)")
     options: Validated | None = described(None,
@@ -122,6 +125,17 @@ class FinetuneConfig(TrainingRunConfig):
             self.max_len = task.max_len
         super().validate()
         self.fill_nested()  # the method's options and the task family's
+        if self.export:
+            self.check_exportable()
+
+    def check_exportable(self) -> None:
+        """Refuse, in one line, a run whose model transformers cannot hold (`Method.export_refusal`)."""
+        refusal = get_method(self.method).export_refusal
+        if refusal is not None:
+            raise UsageError(f"method {self.method!r} cannot be exported as a transformers BERT: {refusal}")
+        family = family_of(self.task, self.task_type)
+        if family.hf_class is None:
+            raise UsageError(f"the {family.name} family has no transformers model class to export to")
 
     @classmethod
     def nested(cls, values: dict) -> dict[str, type]:

@@ -15,7 +15,6 @@ and at the end `model.safetensors` (the trained task model) and `<split>_predict
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -29,11 +28,12 @@ from safetensors.torch import save as safetensors_save
 
 from course_lib.tasks import batching, sentence, sources
 from course_lib.training.config import FinetuneConfig
-from course_lib.errors import UsageError
+from course_lib.training.export import export_if_asked
+from course_lib.training.task_model import build_classifier, encoder_overrides
 from course_lib.model.heads import SequenceClassifier
 from course_lib.training.compiled import check_compile, step_collate
 from course_lib.training.loop import Job, TrainingLoop, add_stats, finished_run, open_run, present_stats
-from course_lib.repro import METRICS, WEIGHTS
+from course_lib.repro import WEIGHTS
 from course_lib.methods.registry import EpochContext, Method, get_method
 from course_lib.tasks.registry import TaskFamily, get_family, run_task
 from course_lib.repro import atomic_write, progress, save_torch, seed_everything
@@ -76,13 +76,20 @@ def predict(model: SequenceClassifier, features: list[dict], batch_size: int, ac
     Batches hold similar lengths (longest first), so little compute goes to padding: SSA's probing, which runs
     this over the training set every epoch, takes about half the time it does on batches in file order.
     """
-    model.eval()
     family = get_family(task.family)
+    return family.decode(task, output_rows(model, features, batch_size, accelerator, pad_token_id, family), features)
+
+
+@torch.no_grad()
+def output_rows(model, features: list[dict], batch_size: int, accelerator: Accelerator, pad_token_id: int,
+                family: TaskFamily, desc: str = "eval") -> list[torch.Tensor]:
+    """The model's output row (its logits) for each feature, in the features' order, in eval mode."""
+    model.eval()
     batches = batching.epoch_batches([family.length(f) for f in features], batch_size, seed=0, epoch=0,
-                                 shuffle=False, bucket=True)
+                                     shuffle=False, bucket=True)
     mine = batches[accelerator.process_index::accelerator.num_processes]
     out = []
-    for rows in progress(mine, desc="eval", leave=False):
+    for rows in progress(mine, desc=desc, leave=False):
         batch = batching.to_device(family.collate([features[i] for i in rows], pad_token_id), accelerator.device)
         logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
         out += list(zip(rows, logits.float().cpu()))  # one output row per feature
@@ -91,7 +98,7 @@ def predict(model: SequenceClassifier, features: list[dict], batch_size: int, ac
     ordered = [None] * len(features)
     for i, row in out:
         ordered[i] = row
-    return family.decode(task, ordered, features)
+    return ordered
 
 
 def evaluate(model, task, dev_sets: dict[str, list[dict]], batch_size: int, accelerator: Accelerator,
@@ -124,18 +131,6 @@ def dev_entry(model, task, dev_sets: dict[str, list[dict]], batch_size: int, acc
     degenerate: list[str] = []
     metrics = evaluate(model, task, dev_sets, batch_size, accelerator, pad_token_id, degenerate, predictions)
     return {**metrics, "warnings": degenerate} if degenerate else metrics
-
-
-def encoder_overrides(cfg: FinetuneConfig) -> dict:
-    """How the run's method changes the pretrained encoder's config (SSAF: the attention normaliser)."""
-    return get_method(cfg.method).encoder_overrides(cfg)
-
-
-def build_classifier(cfg: FinetuneConfig, encoder, task, tokenizer) -> SequenceClassifier:
-    """The task model of the run's method for the run's (bound) task: one whose training objective the method
-    changes, or the task family's plain head."""
-    build = get_method(cfg.method).build_model or get_family(task.family).build_head
-    return build(cfg, encoder, task, tokenizer)
 
 
 def epoch_features(cfg: FinetuneConfig, epoch: int, train: list[dict], model, task, tokenizer,
@@ -272,6 +267,7 @@ def finetune(cfg: FinetuneConfig) -> dict:
     out = Path(cfg.output_dir)
     done = finished_run(out, cfg)
     if done is not None:
+        export_if_asked(cfg, out)
         return done  # the same command after completion costs nothing
     run = resolve(cfg)
     task = run.task
@@ -289,23 +285,6 @@ def finetune(cfg: FinetuneConfig) -> dict:
     dev = {s: encode(ex, tokenizer, cfg, training=False) for s, ex in dev_examples.items()}
     job = FinetuneJob(run, train, dev, tokenizer, out)
     total_steps = job.steps_per_epoch * cfg.epochs
-    return TrainingLoop(cfg, out, accelerator, model, total_steps, round(cfg.warmup_ratio * total_steps)).run(job)
-
-
-def load_finetuned(output_dir) -> tuple[SequenceClassifier, object]:
-    """(task model in eval mode, tokenizer) of a run that `finetune` completed in output_dir.
-
-    Rebuilt from the config saved in metrics.json (model, method and its encoder overrides) and the trained
-    weights in model.safetensors, so notebooks can probe a fine-tuned model's attention after training.
-    """
-    from safetensors.torch import load_file
-
-    out = Path(output_dir)
-    if not (out / METRICS).is_file() or not (out / WEIGHTS).is_file():
-        raise UsageError(f"{out} holds no completed fine-tuning run ({METRICS} and {WEIGHTS}): run finetune "
-                         f"there first")
-    cfg = FinetuneConfig.from_dict(json.loads((out / METRICS).read_text())["config"], others="drop")
-    encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
-    model = build_classifier(cfg, encoder, run_task(cfg), tokenizer)
-    model.load_state_dict(load_file(out / WEIGHTS))
-    return model.eval(), tokenizer
+    result = TrainingLoop(cfg, out, accelerator, model, total_steps, round(cfg.warmup_ratio * total_steps)).run(job)
+    export_if_asked(cfg, out)
+    return result

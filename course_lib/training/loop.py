@@ -29,7 +29,7 @@ from accelerate import Accelerator
 
 from course_lib.fast import optimize
 from course_lib.errors import Preempted, RunFailed, UsageError
-from course_lib.config import NOT_SAVED, first_difference
+from course_lib.config import first_difference
 from course_lib.training.compiled import compile_modules
 from course_lib.training.reuse import reuse_finished_run
 from course_lib.repro import (CHECKPOINT, METRICS, check_writable_dir, lock_exclusive, progress,
@@ -186,9 +186,12 @@ def check_same_run(saved: dict, cfg, path: Path) -> None:
     A field missing from an older version's file differs: that version may have done something else there.
     """
     k = first_difference(saved, cfg)
+    if k is not None and k not in saved:
+        raise UsageError(f"{path} holds a run saved by an older version, which did not record {k} (this run has "
+                         f"{k}={cfg.to_dict()[k]!r}); delete it to run again, or use another --output-dir")
     if k is not None:
-        raise UsageError(f"{path} holds a different run's checkpoint ({k}={saved.get(k, NOT_SAVED)!r}, "
-                         f"this run has {k}={cfg.to_dict()[k]!r}); use another --output-dir or delete it")
+        raise UsageError(f"{path} holds a different run's checkpoint ({k}={saved[k]!r}, this run has "
+                         f"{k}={cfg.to_dict()[k]!r}); use another --output-dir or delete it")
 
 
 def finished_run(out: Path, cfg) -> dict | None:

@@ -212,7 +212,8 @@ def one_run(task: str, method: str, seed: int, budget: Budget, root: Path, model
     The scores are cached in the run folder (diagnostics.json) next to finetune's own outputs, so a second
     call costs nothing.
     """
-    from course_lib.training.finetune import evaluate, finetune, load_finetuned  # here: train pulls in accelerate
+    from course_lib.training.finetune import evaluate, finetune  # here: train pulls in accelerate
+    from course_lib.training.task_model import load_finetuned
 
     run_dir = root / task / method / f"seed{seed}"
     cached = run_dir / "diagnostics.json"

@@ -1,0 +1,78 @@
+"""A finished fine-tuning run's model on new text: one prediction per input row, in a JSON-lines file.
+
+    python -m course_lib predict --run RUN_DIR --file FILE [--output PRED]
+
+The file is read with the run's own column rules (a sentence task: its text columns, from a CSV, TSV or JSON-lines
+file; a label column may be there and is not read), and checked before the model loads: a missing column is one
+line and exit code 2. Each row of the output holds the input's texts and the model's answer (the class, as the
+task's files name it, with its probability; or the score). The task family says how to read and how to answer
+(`TaskFamily.read_inputs`, `prediction_rows`); a family without them is refused in one line.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from accelerate import Accelerator
+
+from course_lib.errors import Parser, UsageError, report_errors
+from course_lib.repro import METRICS, WEIGHTS, atomic_write
+from course_lib.tasks.registry import get_family, run_task
+from course_lib.training.config import FinetuneConfig
+from course_lib.training.finetune import output_rows
+from course_lib.training.task_model import load_finetuned
+
+
+def saved_run(run_dir: Path) -> tuple[FinetuneConfig, object]:
+    """The finished run's config and task, read without loading its model."""
+    if not (run_dir / METRICS).is_file() or not (run_dir / WEIGHTS).is_file():
+        raise UsageError(f"{run_dir} holds no completed fine-tuning run ({METRICS} and {WEIGHTS}): run finetune "
+                         f"there first")
+    saved = json.loads((run_dir / METRICS).read_text())
+    if saved.get("kind", "finetune") != "finetune":
+        raise UsageError(f"{run_dir} holds a {saved['kind']} run; predict takes a finetune run (one task, one head)")
+    cfg = FinetuneConfig.from_dict(saved["config"], others="drop")
+    return cfg, run_task(cfg)
+
+
+def predict_file(run_dir, file, output=None, batch_size: int | None = None) -> Path:
+    """Predict every row of `file` with the run's model; write them to `output` (default: RUN_DIR/
+    predictions_<file name>.jsonl), all at once; return that path."""
+    run_dir, file = Path(run_dir), Path(file)
+    cfg, task = saved_run(run_dir)
+    family = get_family(task.family)
+    if family.read_inputs is None:
+        raise UsageError(f"predict does not read {family.name} files yet (it reads: sentence)")
+    if not file.is_file():
+        raise UsageError(f"--file {str(file)!r} is not a file")
+    examples = family.read_inputs(task, file)  # a bad file stops here, before the model loads
+    model, tokenizer = load_finetuned(run_dir)
+    accelerator = Accelerator()  # a GPU when there is one
+    features = family.encode(examples, tokenizer, cfg, training=False)
+    outputs = output_rows(model.to(accelerator.device), features, batch_size or cfg.eval_batch_size, accelerator,
+                          tokenizer.pad_token_id, family, desc="predict")
+    rows = family.prediction_rows(task, outputs, examples)
+    target = Path(output) if output is not None else run_dir / f"predictions_{file.stem}.jsonl"
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    atomic_write(target, lambda f: f.write(text.encode()))
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = Parser(prog="python -m course_lib predict",
+                    description="a finished fine-tuning run's model on new text, one prediction per row")
+    parser.add_argument("--run", required=True, metavar="RUN_DIR", help="the run's output folder")
+    parser.add_argument("--file", required=True, metavar="FILE",
+                        help="the rows to predict: CSV, TSV or JSON lines with the run's text columns")
+    parser.add_argument("--output", default=None, metavar="PRED",
+                        help="the JSON-lines file to write (default: RUN_DIR/predictions_<FILE name>.jsonl)")
+    parser.add_argument("--batch-size", type=int, default=None, help="rows per forward pass (default: the run's "
+                                                                      "eval_batch_size)")
+
+    def body() -> int:
+        args = parser.parse_strict(argv)
+        if args.batch_size is not None and args.batch_size <= 0:
+            raise UsageError(f"--batch-size must be > 0, got {args.batch_size}")
+        print(f"predictions: {predict_file(args.run, args.file, args.output, args.batch_size)}")
+        return 0
+    return report_errors(body, "nothing was written; run the same command again")

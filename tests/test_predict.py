@@ -1,0 +1,61 @@
+"""`predict`: a finished run's model on a file of new rows, read with the run's column rules, one prediction per
+row; the same classes the run itself gave its dev set; a bad file is one line and exit 2 before the model loads."""
+import csv
+import json
+
+import pytest
+
+from course_lib import cli
+from course_lib.errors import UsageError
+from course_lib.training import predict as predict_module
+from course_lib.training.config import FinetuneConfig
+from course_lib.training.finetune import finetune
+from course_lib.training.predict import predict_file
+
+
+@pytest.fixture(scope="module")
+def sst2_run(tmp_path_factory, tiny_model_dir, keyword_glue):
+    out = tmp_path_factory.mktemp("sst2_run")
+    finetune(FinetuneConfig(task="sst2", glue_dir=str(keyword_glue), model=str(tiny_model_dir), epochs=1,
+                            batch_size=16, lr=1e-3, max_len=32, output_dir=str(out)))
+    return out
+
+
+def test_predicting_the_dev_file_gives_the_runs_own_dev_predictions(sst2_run, keyword_glue, tmp_path):
+    written = predict_file(sst2_run, keyword_glue / "SST-2" / "dev.tsv", tmp_path / "pred.jsonl", batch_size=5)
+    rows = [json.loads(line) for line in written.read_text().splitlines()]
+    with open(sst2_run / "dev_predictions.tsv", newline="") as f:
+        own = [row["prediction"] for row in csv.DictReader(f, delimiter="\t")]
+    with open(keyword_glue / "SST-2" / "dev.tsv", newline="") as f:
+        sentences = [row["sentence"] for row in csv.DictReader(f, delimiter="\t")]
+    assert [row["label"] for row in rows] == own and len(rows) == 64
+    assert [row["sentence"] for row in rows] == sentences
+    assert all(0.5 <= row["probability"] <= 1 for row in rows)
+
+
+def test_a_csv_or_json_lines_file_of_new_sentences_needs_only_the_text_column(sst2_run, tmp_path):
+    (tmp_path / "mine.csv").write_text('id,sentence\n1,"a great, warm film"\n2,dull and slow\n')
+    (tmp_path / "mine.jsonl").write_text('{"sentence": "a great, warm film"}\n{"sentence": "dull and slow"}\n')
+    by_csv = [json.loads(x) for x in predict_file(sst2_run, tmp_path / "mine.csv").read_text().splitlines()]
+    by_jsonl = [json.loads(x) for x in predict_file(sst2_run, tmp_path / "mine.jsonl").read_text().splitlines()]
+    assert by_csv == by_jsonl and [r["sentence"] for r in by_csv] == ["a great, warm film", "dull and slow"]
+    assert (sst2_run / "predictions_mine.jsonl").is_file()
+
+
+def test_a_missing_column_is_one_line_and_exit_2_before_the_model_loads(sst2_run, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(predict_module, "load_finetuned", lambda run: pytest.fail("the model was loaded"))
+    (tmp_path / "bad.tsv").write_text("text\tlabel\na fine film\t1\n")
+    assert cli.main(["predict", "--run", str(sst2_run), "--file", str(tmp_path / "bad.tsv")]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: {tmp_path / 'bad.tsv'}: header lacks column 'sentence' (expected sentence; found text, "
+                   f"label)\n")
+    assert cli.main(["predict", "--run", str(tmp_path), "--file", str(tmp_path / "bad.tsv")]) == 2
+    assert "holds no completed fine-tuning run" in capsys.readouterr().err
+
+
+def test_a_family_predict_does_not_read_yet_is_refused_in_one_line(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    finetune(FinetuneConfig(task="wnut17", model=str(tiny_model_dir), max_train_samples=16, max_eval_samples=8,
+                            epochs=1, batch_size=8, max_len=32, output_dir=str(out)))
+    with pytest.raises(UsageError, match=r"predict does not read tagging files yet \(it reads: sentence\)"):
+        predict_file(out, tmp_path / "anything.conll")
