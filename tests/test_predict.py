@@ -53,9 +53,23 @@ def test_a_missing_column_is_one_line_and_exit_2_before_the_model_loads(sst2_run
     assert "holds no completed fine-tuning run" in capsys.readouterr().err
 
 
+def test_predicting_a_tagging_runs_dev_words_gives_its_own_dev_tags(tiny_model_dir, tmp_path):
+    """The dev file's words alone (a word per line), predicted, give the tags of the run's own dev predictions."""
+    out = tmp_path / "run"
+    finetune(FinetuneConfig(task="wnut17", model=str(tiny_model_dir), max_train_samples=16, epochs=1, batch_size=8,
+                            lr=1e-3, max_len=32, output_dir=str(out)))
+    own = [block.split("\n") for block in (out / "dev_predictions.conll").read_text().strip("\n").split("\n\n")]
+    words_only = "\n\n".join("\n".join(line.split("\t")[0] for line in block) for block in own) + "\n"
+    (tmp_path / "words.txt").write_text(words_only)
+    rows = [json.loads(x) for x in predict_file(out, tmp_path / "words.txt").read_text().splitlines()]
+    assert [row["words"] for row in rows] == [[line.split("\t")[0] for line in block] for block in own]
+    assert [row["tags"] for row in rows] == [[line.split("\t")[2] for line in block] for block in own]
+
+
 def test_a_family_predict_does_not_read_yet_is_refused_in_one_line(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
-    finetune(FinetuneConfig(task="wnut17", model=str(tiny_model_dir), max_train_samples=16, max_eval_samples=8,
-                            epochs=1, batch_size=8, max_len=32, output_dir=str(out)))
-    with pytest.raises(UsageError, match=r"predict does not read tagging files yet \(it reads: sentence\)"):
-        predict_file(out, tmp_path / "anything.conll")
+    finetune(FinetuneConfig.from_dict(dict(task="squad_articles", model=str(tiny_model_dir), max_train_samples=8,
+                                           max_eval_samples=4, epochs=1, batch_size=8, max_len=64, doc_stride=24,
+                                           max_query_length=16, output_dir=str(out))))
+    with pytest.raises(UsageError, match=r"predict does not read span_qa files yet \(it reads: sentence, tagging\)"):
+        predict_file(out, tmp_path / "anything.json")

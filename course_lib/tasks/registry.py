@@ -54,7 +54,8 @@ class TaskFamily:
                                                    writes and `AutoModelFor...` loads (None: none fits)
     read_inputs(task, path)                        a prediction's input: a file's examples, labels not read
                                                    (None: `predict` does not take this family yet)
-    prediction_rows(task, outputs, examples)       one readable prediction per example, from its output row
+    prediction_rows(task, outputs, features, examples)  one readable prediction per example, from the output
+                                                   rows of its features
     """
 
     name: str
@@ -227,7 +228,7 @@ def _tagging_family() -> TaskFamily:
         read=tagging.read, encode=tagging.encode, collate=tagging.collate, build_head=tagging.plain_head,
         decode=tagging.decode, score=tagging.score, write_predictions=tagging.write_predictions,
         predictions_suffix="conll", length=tagging.length, custom=tagging.custom, options=tagging.TaggingFileOptions,
-        hf_class="BertForTokenClassification")
+        hf_class="BertForTokenClassification", read_inputs=tagging.read_inputs, prediction_rows=tagging.prediction_rows)
 
 
 def _multiple_choice_family() -> TaskFamily:

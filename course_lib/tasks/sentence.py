@@ -109,7 +109,7 @@ def decode(task, outputs: list[torch.Tensor], features: list[dict]) -> torch.Ten
     return (logits.squeeze(-1) if logits.shape[-1] == 1 else logits.argmax(-1)).float()
 
 
-def prediction_rows(task, outputs: list[torch.Tensor], examples: list[Example]) -> list[dict]:
+def prediction_rows(task, outputs: list[torch.Tensor], features: list[dict], examples: list[Example]) -> list[dict]:
     """One row per example: its texts, then the class the model picks (as the task's files name it) and its
     probability, or its score."""
     rows = []

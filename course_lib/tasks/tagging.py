@@ -190,6 +190,36 @@ def _from_hub(task: TaggingTask, rows: list[dict]) -> list[TaggedSentence]:
     return sentences
 
 
+def read_inputs(task: TaggingTask, path) -> list[TaggedSentence]:
+    """A prediction's input: a word per line (its first column; a tag column may be there and is not read), a
+    blank line between sentences, as in a CoNLL file."""
+    path, sentences, words = Path(path), [], []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in [*f, "\n"]:
+                fields = line.split()
+                if fields and fields[0] != DOCSTART:
+                    words.append(fields[0])
+                elif words:
+                    sentences.append(tuple(words))
+                    words = []
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text") from None
+    if not sentences:
+        raise UsageError(f"{path}: no sentences (a word per line, a blank line between sentences)")
+    outside = task.label_names.index(OUTSIDE)
+    return [TaggedSentence(words, (OUTSIDE,) * len(words), (outside,) * len(words)) for words in sentences]
+
+
+def prediction_rows(task: TaggingTask, outputs: list[torch.Tensor], features: list[dict], examples) -> list[dict]:
+    """One row per sentence: its words and a tag per word (O for words past max_len, counted in `truncated`)."""
+    rows = []
+    for prediction in decode(task, outputs, features):
+        row = {"words": list(prediction.words), "tags": list(prediction.predicted)}
+        rows.append({**row, "truncated": prediction.truncated} if prediction.truncated else row)
+    return rows
+
+
 def read(task: TaggingTask, split: str, cfg) -> list[TaggedSentence]:
     """A split's sentences: the bound task's file for it, else the hub's copy."""
     return read_split(task, split, lambda path: read_conll(path, task.label_names), lambda rows: _from_hub(task, rows))

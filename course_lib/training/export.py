@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python -m course_lib export",
                     description="write a finished fine-tuning run as a Hugging Face model folder")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="the run's output folder (its metrics.json and weights)")
-    parser.add_argument("--to", default=None, metavar="DIR", help=f"the folder to write (default: RUN_DIR/{EXPORT_DIR})")
+    parser.add_argument("--to", default=None, metavar="DIR",
+                        help=f"the folder to write (default: RUN_DIR/{EXPORT_DIR})")
 
     def body() -> int:
         args = parser.parse_strict(argv)

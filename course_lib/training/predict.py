@@ -3,9 +3,10 @@
     python -m course_lib predict --run RUN_DIR --file FILE [--output PRED]
 
 The file is read with the run's own column rules (a sentence task: its text columns, from a CSV, TSV or JSON-lines
-file; a label column may be there and is not read), and checked before the model loads: a missing column is one
-line and exit code 2. Each row of the output holds the input's texts and the model's answer (the class, as the
-task's files name it, with its probability; or the score). The task family says how to read and how to answer
+file; a tagging task: a word per line, a blank line between sentences; labels may be there and are not read), and
+checked before the model loads: a missing column is one line and exit code 2. Each row of the output holds the
+input and the model's answer (the class, as the task's files name it, with its probability; the score; a tag per
+word). The task family says how to read and how to answer
 (`TaskFamily.read_inputs`, `prediction_rows`); a family without them is refused in one line.
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ from accelerate import Accelerator
 
 from course_lib.errors import Parser, UsageError, report_errors
 from course_lib.repro import METRICS, WEIGHTS, atomic_write
-from course_lib.tasks.registry import get_family, run_task
+from course_lib.tasks.registry import every_family, get_family, run_task
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import output_rows
 from course_lib.training.task_model import load_finetuned
@@ -42,7 +43,8 @@ def predict_file(run_dir, file, output=None, batch_size: int | None = None) -> P
     cfg, task = saved_run(run_dir)
     family = get_family(task.family)
     if family.read_inputs is None:
-        raise UsageError(f"predict does not read {family.name} files yet (it reads: sentence)")
+        readable = [name for name, f in every_family().items() if f.read_inputs is not None]
+        raise UsageError(f"predict does not read {family.name} files yet (it reads: {', '.join(readable)})")
     if not file.is_file():
         raise UsageError(f"--file {str(file)!r} is not a file")
     examples = family.read_inputs(task, file)  # a bad file stops here, before the model loads
@@ -51,7 +53,7 @@ def predict_file(run_dir, file, output=None, batch_size: int | None = None) -> P
     features = family.encode(examples, tokenizer, cfg, training=False)
     outputs = output_rows(model.to(accelerator.device), features, batch_size or cfg.eval_batch_size, accelerator,
                           tokenizer.pad_token_id, family, desc="predict")
-    rows = family.prediction_rows(task, outputs, examples)
+    rows = family.prediction_rows(task, outputs, features, examples)
     target = Path(output) if output is not None else run_dir / f"predictions_{file.stem}.jsonl"
     text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     atomic_write(target, lambda f: f.write(text.encode()))
@@ -63,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                     description="a finished fine-tuning run's model on new text, one prediction per row")
     parser.add_argument("--run", required=True, metavar="RUN_DIR", help="the run's output folder")
     parser.add_argument("--file", required=True, metavar="FILE",
-                        help="the rows to predict: CSV, TSV or JSON lines with the run's text columns")
+                        help="the rows to predict: CSV, TSV or JSON lines with the run's text columns (tagging: a "
+                             "word per line, a blank line between sentences)")
     parser.add_argument("--output", default=None, metavar="PRED",
                         help="the JSON-lines file to write (default: RUN_DIR/predictions_<FILE name>.jsonl)")
     parser.add_argument("--batch-size", type=int, default=None, help="rows per forward pass (default: the run's "
