@@ -73,3 +73,12 @@ def test_a_family_predict_does_not_read_yet_is_refused_in_one_line(tiny_model_di
                                            max_query_length=16, output_dir=str(out))))
     with pytest.raises(UsageError, match=r"predict does not read span_qa files yet \(it reads: sentence, tagging\)"):
         predict_file(out, tmp_path / "anything.json")
+
+
+def test_the_speed_bench_times_both_on_the_same_sentences_and_they_agree(sst2_run, keyword_glue, tmp_path):
+    from course_lib.lab.bench.predict_speed import measure
+
+    sentences = [line.split("\t")[0] for line in (keyword_glue / "SST-2" / "dev.tsv").read_text().splitlines()[1:]]
+    result = measure(sst2_run, sentences, batch_size=8, repeats=1, work=tmp_path)
+    assert result["sentences"] == 64 and set(result["seconds"]) == {"ours", "transformers"}
+    assert result["same_class"] == 1.0  # the same weights: the same class for every sentence

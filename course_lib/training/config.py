@@ -47,12 +47,19 @@ class RunConfig(Validated):
     compile: str = described("off",
         "off | default: torch.compile the model | graphs: also CUDA graphs, batches padded to a few fixed lengths (GPU"
         " only); see docs/speed.md for what each method needs")
+    report_to: str = described("none",
+        "live curves while the run trains: none | jsonl (output_dir/curves.jsonl, no package) | tensorboard | wandb | "
+        "mlflow | any tracker accelerate supports, if installed", metadata={"same_run": False})
 
     choices = {"mixed_precision": MIXED_PRECISION, "on_nonfinite_loss": NONFINITE_LOSS, "compile": COMPILE}
 
     def validate(self) -> None:
         positive(self, "batch_size", "lr", "log_every")
         non_negative(self, "weight_decay", "max_grad_norm")
+        if self.report_to != "none":  # its package is checked now, before any data or model
+            from course_lib.training.tracking import check_tracker
+
+            check_tracker(self.report_to)
 
 
 def changed_default(name: str, default):

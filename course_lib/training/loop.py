@@ -32,6 +32,7 @@ from course_lib.errors import Preempted, RunFailed, UsageError
 from course_lib.config import first_difference
 from course_lib.training.compiled import compile_modules
 from course_lib.training.reuse import reuse_finished_run
+from course_lib.training.tracking import log_with, scalars, tracker_config
 from course_lib.repro import (CHECKPOINT, METRICS, check_writable_dir, lock_exclusive, progress,
                               remove_stale_temporaries, restore_training_state, save_torch, training_state,
                               write_json)
@@ -237,7 +238,8 @@ def open_run(cfg, out: Path, command: str | None = None) -> Accelerator:
     """The checks and set-up before data or model: the folder is writable, and the accelerator; `command` names
     a loop that runs in one process only (launched in more, it refuses)."""
     check_writable_dir(out)  # here, not at the first checkpoint an epoch later
-    accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision)
+    accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision,
+                              log_with=log_with(getattr(cfg, "report_to", "none"), out), project_dir=str(out))
     if command is not None and accelerator.num_processes > 1:
         raise UsageError(f"{command} runs in one process; it was launched in {accelerator.num_processes} "
                          f"(run it with python -m course_lib {command})")
@@ -311,6 +313,10 @@ class Job:
         """Called once the model is prepared, before the first step: keep `loop` (its model, base, state)."""
         self.loop = loop
 
+    def tracked(self, state: dict) -> dict:
+        """What the trackers get at a segment's end (`report_to`): the numbers of the epoch's history entry."""
+        return scalars(state["history"][-1], "epoch/") if state["history"] else {}
+
 
 class TrainingLoop:
     """One run's machinery around a `Job`: optimiser, schedule, guarded steps, checkpoints, metrics.json.
@@ -338,6 +344,7 @@ class TrainingLoop:
         self._first_bad = self._bad_value = None  # the window's first non-finite step and its loss (device)
         self.job: Job | None = None
         self._previous_handlers, self._stop_signal = {}, None  # stop signals caught while `run` trains
+        self.tracking = getattr(cfg, "report_to", "none") != "none"  # live curves to the accelerator's trackers
 
     def run(self, job: Job) -> dict:
         """Resume if a checkpoint is there, train every remaining segment, write the final files; return
@@ -354,10 +361,13 @@ class TrainingLoop:
             self.clipped = job.clipped_parameters(self.base)
             self._compile(job)
             job.begin(self)
+            if self.tracking:
+                self.accelerator.init_trackers(self.out.name, config=tracker_config(self.cfg.to_dict()))
             while self.state["epoch"] < job.segments:
                 segment = self.state["epoch"]
                 self._train_segment(job, segment)
                 job.end_segment(segment, self.state)
+                self.track(job.tracked(self.state))
                 self.state.update(epoch=segment + 1, step_in_epoch=0)
                 self.save_checkpoint()
                 self.write_metrics(job, "running")
@@ -370,6 +380,8 @@ class TrainingLoop:
         finally:
             for signum, handler in self._previous_handlers.items():
                 signal.signal(signum, handler)
+            if self.tracking:
+                self.accelerator.end_training()
             unlock_run_folder(self.out)  # released however the run ends
 
     def _compile(self, job: Job) -> None:
@@ -481,8 +493,15 @@ class TrainingLoop:
                     else "no checkpoint was written yet")
             raise RunFailed(f"loss is {got['bad_value']} at {self.job.where(segment, index, item)}; {kept} "
                             f"({self.job.hint}, or --on-nonfinite-loss skip)")
+        if logged.get("steps"):
+            self.track({"train/loss": logged["loss"] / logged["steps"], "train/lr": self.scheduler.get_last_lr()[0]})
         if bar is not None and logged.get("steps"):
             bar.set_postfix(**self.job.postfix(window[max(window)][2], logged["loss"] / logged["steps"]))
+
+    def track(self, values: dict) -> None:
+        """Log numbers to the run's trackers at the current step (`report_to`; nothing when it is none)."""
+        if self.tracking and values:
+            self.accelerator.log(values, step=self.state["global_step"])
 
     def save_checkpoint(self) -> None:
         self.read()  # the state a checkpoint holds is the one read from the device

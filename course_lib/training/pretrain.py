@@ -42,6 +42,7 @@ from course_lib.training.config import PretrainConfig
 from course_lib.errors import UsageError
 from course_lib.training.compiled import check_compile
 from course_lib.training.loop import Job, TrainingLoop, finished_run, open_run
+from course_lib.training.tracking import scalars
 from course_lib.training.mlm_data import IGNORE, load_corpus, mask_tokens, pack_blocks, pad_blocks, step_generator
 from course_lib.repro import WEIGHTS, atomic_write, seed_everything, write_json
 from course_lib.model.weights import load_tokenizer, ours_to_hf, resolve_model_dir
@@ -248,6 +249,10 @@ class PretrainJob(Job):
 
     def end_segment(self, segment: int, state: dict) -> None:
         self.score_held_out()
+
+    def tracked(self, state: dict) -> dict:
+        """The held-out losses just scored (MLM, and AG's guidance)."""
+        return scalars({k: v for k, v in state["eval_curve"][-1].items() if k != "step"}, "held_out/")
 
     def score_held_out(self) -> None:
         state, started = self.loop.state, time.perf_counter()

@@ -75,6 +75,15 @@ BENCHES = {
         "--epochs": dict(type=int, default=None, help="training epochs (default: the task's budget)"),
         "--output-dir": dict(default=None, help="run folders, reused if there (default "
                                                 "runs/bench/reference/<task>)")}),
+    "predict": ("our predict vs a transformers text-classification pipeline on the same run, exported",
+                "course_lib.lab.bench.predict_speed", {
+                    **_MODEL, **_JSON, **_THREADS, "--batch-size": dict(type=int, default=32),
+                    "--sentences": dict(type=int, default=10000, help="SST-2 training sentences predicted"),
+                    "--repeats": dict(type=int, default=3, help="timed rounds, each running both"),
+                    "--run": dict(default=None, help="a finished SST-2 run (default: a short one trained once into "
+                                                     "the output folder)"),
+                    "--glue-dir": dict(default=None, help="SST-2 from here (default: $GLUE_DIR, else data/glue)"),
+                    "--output-dir": dict(default=None, help="the run and the files (default runs/bench/predict)")}),
     "memory": ("peak resident memory of fine-tuning, ours vs transformers'", "course_lib.lab.bench.memory", {
         **_MODEL, **_JSON, "--repeats": dict(type=int, default=10, help="training steps per run")}),
     "contention": ("a training step quiet and beside busy programs, under each OpenMP thread setting",
