@@ -2,6 +2,7 @@
 row; the same classes the run itself gave its dev set; a bad file is one line and exit 2 before the model loads."""
 import csv
 import json
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,8 @@ from course_lib.training import predict as predict_module
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
 from course_lib.training.predict import predict_file
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -67,12 +70,16 @@ def test_predicting_a_tagging_runs_dev_words_gives_its_own_dev_tags(tiny_model_d
 
 
 def test_a_family_predict_does_not_read_yet_is_refused_in_one_line(tiny_model_dir, tmp_path):
+    lines = [json.dumps({"ind": i, "ctx": "she threw the red ball", "endings": ["the red one", "the blue one"],
+                         "label": i % 2}) for i in range(8)]
+    (tmp_path / "q.jsonl").write_text("\n".join(lines) + "\n")
     out = tmp_path / "run"
-    finetune(FinetuneConfig.from_dict(dict(task="squad_articles", model=str(tiny_model_dir), max_train_samples=8,
-                                           max_eval_samples=4, epochs=1, batch_size=8, max_len=64, doc_stride=24,
-                                           max_query_length=16, output_dir=str(out))))
-    with pytest.raises(UsageError, match=r"predict does not read span_qa files yet \(it reads: sentence, tagging\)"):
-        predict_file(out, tmp_path / "anything.json")
+    finetune(FinetuneConfig(task="custom", task_type="multiple-choice", train_file=str(tmp_path / "q.jsonl"),
+                            validation_file=str(tmp_path / "q.jsonl"), model=str(tiny_model_dir), epochs=1,
+                            batch_size=8, max_len=24, output_dir=str(out)))
+    with pytest.raises(UsageError, match=r"predict does not read multiple_choice files yet \(it reads: sentence, "
+                                         r"span_qa, tagging\)"):
+        predict_file(out, tmp_path / "q.jsonl")
 
 
 def test_the_speed_bench_times_both_on_the_same_sentences_and_they_agree(sst2_run, keyword_glue, tmp_path):
@@ -82,3 +89,23 @@ def test_the_speed_bench_times_both_on_the_same_sentences_and_they_agree(sst2_ru
     result = measure(sst2_run, sentences, batch_size=8, repeats=1, work=tmp_path)
     assert result["sentences"] == 64 and set(result["seconds"]) == {"ours", "transformers"}
     assert result["same_class"] == 1.0  # the same weights: the same class for every sentence
+
+
+def test_predicting_a_span_qa_runs_dev_questions_without_answers_gives_its_own_answers(tiny_model_dir, tmp_path):
+    """The questions the run scored, their answers removed, predicted: the answers of its own predictions file,
+    each found in its context at the start given."""
+    out = tmp_path / "run"
+    finetune(FinetuneConfig.from_dict(dict(task="squad_articles", model=str(tiny_model_dir), max_train_samples=16,
+                                           max_eval_samples=6, epochs=1, batch_size=8, lr=1e-3, max_len=64,
+                                           doc_stride=24, max_query_length=16, output_dir=str(out))))
+    own = json.loads((out / "dev_predictions.json").read_text())
+    doc = json.loads((ROOT / "data" / "squad" / "dev-v1.1.json").read_text())
+    for article in doc["data"]:
+        for paragraph in article["paragraphs"]:
+            paragraph["qas"] = [{"id": qa["id"], "question": qa["question"]} for qa in paragraph["qas"]
+                                if qa["id"] in own]
+    (tmp_path / "questions.json").write_text(json.dumps(doc))
+    rows = [json.loads(x) for x in predict_file(out, tmp_path / "questions.json").read_text().splitlines()]
+    assert {row["id"]: row["answer"] for row in rows} == own and len(rows) == 6
+    contexts = {qa["id"]: p["context"] for a in doc["data"] for p in a["paragraphs"] for qa in p["qas"]}
+    assert all(contexts[r["id"]][r["start"]:r["start"] + len(r["answer"])] == r["answer"] for r in rows)

@@ -499,13 +499,14 @@ def test_decode_picks_the_best_valid_span():
     end = logits({0: 1.0, 4: 9.0, 7: 3.0, 9: 2.0})
     decoded = decode_spans([start], [end], [window("q")], [ex])["q"]
     # c1..c3 = 5 + 3 = 8 beats c1..c5 = 7, c4..c5 = 6, c0..c0 = 4; the question token and c1..c0 do not count
-    assert decoded == {"text": "bravo charl delta", "score": 8.0, "null_score_diff": 2.0 - 8.0}
+    assert decoded == {"text": "bravo charl delta", "score": 8.0, "null_score_diff": 2.0 - 8.0, "start": 6}
+    assert CONTEXT[6:6 + len(decoded["text"])] == decoded["text"]
     # at most 2 tokens: c1..c3 and c1..c5 are too long; c4..c5 = 6 beats c1..c1 = c1..c2 = 5
     short = decode_spans([start], [end], [window("q")], [ex], max_answer_length=2)["q"]
     assert (short["text"], short["score"]) == ("echoo foxtr", 6.0)
     # one candidate each: start c1, end c0 -> no valid pair, so no answer
     assert decode_spans([start], [end], [window("q")], [ex], n_best=1)["q"] == {
-        "text": "", "score": 2.0, "null_score_diff": 0.0}
+        "text": "", "score": 2.0, "null_score_diff": 0.0, "start": -1}
 
 
 def test_decode_takes_the_best_window_and_the_lowest_null():
@@ -513,7 +514,7 @@ def test_decode_takes_the_best_window_and_the_lowest_null():
     first = (logits({0: 0.5, 5: 2.0}), logits({0: 0.5, 5: 2.0}))  # c1..c1 = 4, null 1: the lowest
     second = (logits({0: 3.0, 7: 4.0, 11: 50.0}, 13), logits({0: 3.0, 7: 4.0, 12: 50.0}, 13))  # padded past 11
     decoded = decode_spans([first[0], second[0]], [first[1], second[1]], [window("q"), window("q")], [ex])["q"]
-    assert decoded == {"text": "delta", "score": 8.0, "null_score_diff": 1.0 - 8.0}
+    assert decoded == {"text": "delta", "score": 8.0, "null_score_diff": 1.0 - 8.0, "start": 18}
     assert apply_null_threshold({"q": decoded}, -8.0) == {"q": ""}
     assert apply_null_threshold({"q": decoded}, 0.0) == {"q": "delta"}
 

@@ -218,7 +218,7 @@ def _span_qa_family() -> TaskFamily:
         read=span_qa.read, encode=span_qa.encode, collate=squad.collate_squad, build_head=span_qa.plain_head,
         decode=span_qa.decode, score=span_qa.score, write_predictions=span_qa.write_predictions,
         predictions_suffix="json", options=span_qa.SpanQAOptions, percent_scores=True,
-        hf_class="BertForQuestionAnswering")
+        hf_class="BertForQuestionAnswering", read_inputs=span_qa.read_inputs, prediction_rows=span_qa.prediction_rows)
 
 
 def _tagging_family() -> TaskFamily:

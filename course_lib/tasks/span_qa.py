@@ -107,6 +107,25 @@ def decode(task: SquadTask, outputs: list[torch.Tensor], features: list[dict]) -
     return squad.decode_spans(starts, ends, features, _questions(features), task.n_best, task.max_answer_length)
 
 
+def read_inputs(task: SquadTask, path) -> list[squad.QAExample]:
+    """A prediction's input: a SQuAD JSON file, read and checked as training reads it; answers may be left out."""
+    return squad.read_squad(path, answered=False)
+
+
+def prediction_rows(task: SquadTask, outputs: list[torch.Tensor], features: list[dict],
+                    examples: list[squad.QAExample]) -> list[dict]:
+    """One row per question: its id and text, the answer and its first character in the context (SQuAD 2.0: ""
+    and -1 where the no-answer score wins, `null_score_diff` > 0), and the answer's score."""
+    decoded = decode(task, outputs, features)
+    rows = []
+    for example in examples:
+        answer = decoded.get(example.id, {"text": "", "start": -1, "score": float("nan"), "null_score_diff": 0.0})
+        unanswered = squad.get_version(task.version).has_impossible and answer["null_score_diff"] > 0
+        rows.append({"id": example.id, "question": example.question, "answer": "" if unanswered else answer["text"],
+                     "start": -1 if unanswered else answer["start"], "score": round(answer["score"], 4)})
+    return rows
+
+
 def score(task: SquadTask, predictions: dict[str, dict], features: list[dict]) -> tuple[dict, str | None]:
     """The official scores on a 0-100 scale (v2.0: the no-answer threshold tuned on these questions), and a
     line when every answer is the same (v2.0: after that threshold), e.g. all "no answer": a model that has

@@ -90,13 +90,14 @@ class QAExample:
 # Reading and checking a SQuAD JSON file
 
 
-def read_squad(path: str | os.PathLike) -> list[QAExample]:
+def read_squad(path: str | os.PathLike, answered: bool = True) -> list[QAExample]:
     """The questions of a SQuAD JSON file (v1.1 or v2.0 layout), in file order.
 
     The file is checked as it is read, and the first problem is one line naming the file and the position
     (data[3].paragraphs[2].qas[5]): a bad answer offset otherwise becomes a wrong training label, silently.
+    answered False: questions to predict, which may come without answers.
     """
-    return _examples_from(_read_json(path), path)
+    return _examples_from(_read_json(path), path, answered)
 
 
 def _read_json(path: str | os.PathLike):
@@ -130,7 +131,7 @@ def _articles(doc, path) -> list[dict]:
     return doc["data"]
 
 
-def _examples_from(doc, path) -> list[QAExample]:
+def _examples_from(doc, path, answered: bool = True) -> list[QAExample]:
     examples, seen = [], {}  # seen: question id -> where it first appeared
     for a, article in enumerate(_articles(doc, path)):
         title = str(article.get("title", ""))
@@ -141,13 +142,15 @@ def _examples_from(doc, path) -> list[QAExample]:
             if not isinstance(paragraph.get("qas"), list):
                 raise UsageError(f"{path}: {where}: a paragraph needs a 'qas' list of questions")
             for q, qa in enumerate(paragraph["qas"]):
-                examples.append(_read_question(qa, paragraph["context"], title, path, f"{where}.qas[{q}]", seen))
+                examples.append(_read_question(qa, paragraph["context"], title, path, f"{where}.qas[{q}]", seen,
+                                               answered))
     if not examples:
         raise UsageError(f"{path}: no questions in {len(doc['data'])} articles")
     return examples
 
 
-def _read_question(qa, context: str, title: str, path, where: str, seen: dict) -> QAExample:
+def _read_question(qa, context: str, title: str, path, where: str, seen: dict,
+                   answered: bool = True) -> QAExample:
     """One question object, checked: id present and unique, a question text, answers consistent with
     is_impossible (answerable questions need at least one, impossible ones have none)."""
     if not isinstance(qa, dict):
@@ -167,7 +170,7 @@ def _read_question(qa, context: str, title: str, path, where: str, seen: dict) -
     texts, starts = _read_answers(qa.get("answers", []), context, path, where)
     if impossible and texts:
         raise UsageError(f"{path}: {where}: question {qid!r} is marked is_impossible but has {len(texts)} answers")
-    if not impossible and not texts:
+    if not impossible and not texts and answered:
         raise UsageError(f"{path}: {where}: question {qid!r} has no answers and is not marked is_impossible")
     return QAExample(qid, title, context, qa["question"], texts, starts, impossible)
 
@@ -452,18 +455,19 @@ def _decode_example(example: QAExample, windows: list[tuple[dict, np.ndarray, np
         null_score = min(null_score, float(start[0] + end[0]))  # [CLS]: position 0
         span = _best_span(start, end, offsets, n_best, max_answer_length)
         if span is not None and (best is None or span[0] > best[0]):
-            best = (span[0], example.context[offsets[span[1]][0]:offsets[span[2]][1]])
+            best = (span[0], offsets[span[1]][0], offsets[span[2]][1])
     if best is None:  # no window has a valid span: answer nothing
-        return {"text": "", "score": null_score, "null_score_diff": 0.0}
-    return {"text": best[1], "score": best[0], "null_score_diff": null_score - best[0]}
+        return {"text": "", "score": null_score, "null_score_diff": 0.0, "start": -1}
+    return {"text": example.context[best[1]:best[2]], "score": best[0], "null_score_diff": null_score - best[0],
+            "start": best[1]}
 
 
 def decode_spans(start_logits, end_logits, features: list[dict], examples: list[QAExample], n_best: int = 20,
                  max_answer_length: int = 30) -> dict[str, dict]:
-    """Per question, over all its windows: {"text", "score", "null_score_diff"}.
+    """Per question, over all its windows: {"text", "score", "null_score_diff", "start"}.
 
-    "text" is the best valid span's text cut from the context by its offsets (see `_best_span`), "score" its
-    start + end logit. The no-answer score is the lowest [CLS] start + end logit over the question's windows
+    "text" is the best valid span's text cut from the context by its offsets (see `_best_span`), "start" its first
+    character (-1: none), "score" its start + end logit. The no-answer score is the lowest [CLS] start + end logit over the question's windows
     and "null_score_diff" = no-answer score - best span score, as BERT's SQuAD 2.0 recipe does: SQuAD 2.0
     predicts no answer where it exceeds a threshold tuned on dev (`squad_scores`, `apply_null_threshold`).
     A question none of whose windows holds a valid span gets text "" and diff 0.0.
