@@ -69,17 +69,25 @@ def test_predicting_a_tagging_runs_dev_words_gives_its_own_dev_tags(tiny_model_d
     assert [row["tags"] for row in rows] == [[line.split("\t")[2] for line in block] for block in own]
 
 
-def test_a_family_predict_does_not_read_yet_is_refused_in_one_line(tiny_model_dir, tmp_path):
-    lines = [json.dumps({"ind": i, "ctx": "she threw the red ball", "endings": ["the red one", "the blue one"],
-                         "label": i % 2}) for i in range(8)]
-    (tmp_path / "q.jsonl").write_text("\n".join(lines) + "\n")
+def test_predicting_a_multiple_choice_runs_questions_without_labels_gives_its_own_choices(tiny_model_dir, tmp_path):
+    colours = ["red", "blue", "green"]
+    records = [{"ind": i, "ctx": f"she threw the {colours[i % 3]} ball", "endings": [f"the {c} one" for c in colours],
+                "label": i % 3} for i in range(12)]
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "unlabelled.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k != "label"}) + "\n"
+                                                       for r in records))
     out = tmp_path / "run"
     finetune(FinetuneConfig(task="custom", task_type="multiple-choice", train_file=str(tmp_path / "q.jsonl"),
                             validation_file=str(tmp_path / "q.jsonl"), model=str(tiny_model_dir), epochs=1,
-                            batch_size=8, max_len=24, output_dir=str(out)))
-    with pytest.raises(UsageError, match=r"predict does not read multiple_choice files yet \(it reads: sentence, "
-                                         r"span_qa, tagging\)"):
-        predict_file(out, tmp_path / "q.jsonl")
+                            batch_size=4, lr=1e-3, max_len=24, output_dir=str(out)))
+    with open(out / "dev_predictions.tsv", newline="") as f:
+        own = {row["id"]: (int(row["prediction"]), row["prediction_text"]) for row in csv.DictReader(f, delimiter="\t")}
+    rows = [json.loads(x) for x in predict_file(out, tmp_path / "unlabelled.jsonl").read_text().splitlines()]
+    assert {row["id"]: (row["choice"], row["answer"]) for row in rows} == own and len(rows) == 12
+    assert all(1 / 3 <= row["probability"] <= 1 for row in rows)
+    (tmp_path / "bad.jsonl").write_text('{"ind": 0, "ctx": "a ball", "endings": ["one"]}\n')
+    with pytest.raises(UsageError, match=r"'endings' must be a list of at least 2 texts"):
+        predict_file(out, tmp_path / "bad.jsonl")
 
 
 def test_the_speed_bench_times_both_on_the_same_sentences_and_they_agree(sst2_run, keyword_glue, tmp_path):

@@ -78,9 +78,12 @@ def _texts(value, what: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _label(value, n_choices: int, where: str) -> int:
-    """The right choice's index from an int or a digit string, within 0..n_choices-1."""
+def _label(value, n_choices: int, where: str, labelled: bool = True) -> int:
+    """The right choice's index from an int or a digit string, within 0..n_choices-1; 0 for a question to
+    predict that has none (labelled False)."""
     valid = f"valid: 0 to {n_choices - 1}"
+    if not labelled and (value is None or value == ""):
+        return 0
     if value is None or value == "":
         raise UsageError(f"{where}: no label ({valid}); every split a run reads is scored, so give a labelled "
                          f"file (the official HellaSWAG and SWAG test files have no labels)")
@@ -99,11 +102,12 @@ def _label(value, n_choices: int, where: str) -> int:
 DREAM_KEYS = ("question", "choice", "answer")
 
 
-def _dream_question(turns, item, dialogue_id, index: int, where: str) -> ChoiceQuestion:
-    """One DREAM question; its label is the position of the choice whose text is the answer."""
+def _dream_question(turns, item, dialogue_id, index: int, where: str, labelled: bool = True) -> ChoiceQuestion:
+    """One DREAM question; its label is the position of the choice whose text is the answer (the first for a
+    question to predict without one)."""
     question = _text(_field(item, "question", DREAM_KEYS, where), "the question", where)
     choices = _texts(_field(item, "choice", DREAM_KEYS, where), "'choice'", where)
-    answer = _field(item, "answer", DREAM_KEYS, where)
+    answer = _field(item, "answer", DREAM_KEYS, where) if labelled or item.get("answer") is not None else choices[0]
     if answer not in choices:
         raise UsageError(f"{where}: answer {answer!r} is not one of its choices")
     if not isinstance(turns, list) or not all(isinstance(turn, str) for turn in turns):
@@ -120,7 +124,7 @@ def _load_json(path: Path):
         raise UsageError(f"{path}: not UTF-8 text ({err.reason})") from None
 
 
-def read_dream(path: Path) -> Located:
+def read_dream(path: Path, labelled: bool = True) -> Located:
     """The official DREAM layout: a list of [turns, questions, dialogue_id]; ids are '<dialogue_id>-<question>'."""
     entries = _load_json(path)
     if not isinstance(entries, list):
@@ -134,7 +138,7 @@ def read_dream(path: Path) -> Located:
         turns, items, dialogue_id = entry
         for j, item in enumerate(items):
             where = f"{path}: entry {i} question {j}"
-            located.append((where, _dream_question(turns, item, dialogue_id, j, where)))
+            located.append((where, _dream_question(turns, item, dialogue_id, j, where, labelled)))
     return located
 
 
@@ -157,17 +161,17 @@ def dream_from_hub(rows: list[dict], origin: str) -> Located:
 HELLASWAG_KEYS = ("ctx", "endings", "label")
 
 
-def _hellaswag_question(record, fallback_id: str, where: str) -> ChoiceQuestion:
+def _hellaswag_question(record, fallback_id: str, where: str, labelled: bool = True) -> ChoiceQuestion:
     """One HellaSWAG line: the context is `ctx`, each ending a choice, no question; id `ind` when it has one."""
     context = _text(_field(record, "ctx", HELLASWAG_KEYS, where), "'ctx'", where)
     endings = _texts(_field(record, "endings", HELLASWAG_KEYS, where), "'endings'", where)
     qid = str(record.get("ind", fallback_id))
-    return ChoiceQuestion(qid, context, "", endings, _label(record.get("label"), len(endings), where))
+    return ChoiceQuestion(qid, context, "", endings, _label(record.get("label"), len(endings), where, labelled))
 
 
-def read_hellaswag(path: Path) -> Located:
+def read_hellaswag(path: Path, labelled: bool = True) -> Located:
     """The official JSONL layout (hellaswag_train.jsonl, hellaswag_val.jsonl); blank lines are skipped."""
-    return [(where, _hellaswag_question(record, where.rsplit(":", 1)[1], where))
+    return [(where, _hellaswag_question(record, where.rsplit(":", 1)[1], where, labelled))
             for where, record in sources.jsonl_records(path)]
 
 
@@ -190,36 +194,36 @@ def _ending_columns(columns) -> list[str]:
     return names
 
 
-def _swag_question(record: dict, endings: list[str], qid: str, where: str) -> ChoiceQuestion:
+def _swag_question(record: dict, endings: list[str], qid: str, where: str, labelled: bool = True) -> ChoiceQuestion:
     """One SWAG row: the context is sent1; every choice continues sent2, so sent2 is the question part."""
     context = _text(_field(record, "sent1", ("sent1", "sent2", *endings, "label"), where), "'sent1'", where)
     start = _text(_field(record, "sent2", ("sent1", "sent2", *endings, "label"), where), "'sent2'", where)
     choices = tuple(_text(_field(record, name, ("sent1", "sent2", *endings, "label"), where), f"{name!r}", where)
                     for name in endings)
-    return ChoiceQuestion(qid, context, start, choices, _label(record.get("label"), len(choices), where))
+    return ChoiceQuestion(qid, context, start, choices, _label(record.get("label"), len(choices), where, labelled))
 
 
-def _swag_endings(columns, where: str) -> list[str]:
+def _swag_endings(columns, where: str, labelled: bool = True) -> list[str]:
     """The ending columns, after checking that the header has every column a SWAG row needs."""
     endings = _ending_columns(columns)
-    for name in ("sent1", "sent2", "ending0", "ending1", "label"):
+    for name in ("sent1", "sent2", "ending0", "ending1", *(("label",) if labelled else ())):
         if name not in columns:
             raise UsageError(f"{where}: missing {name!r} (expected {SWAG_EXPECTED})")
     return endings
 
 
-def read_swag(path: Path) -> Located:
+def read_swag(path: Path, labelled: bool = True) -> Located:
     """The official CSV layout (train.csv, val.csv); ids are the rows' positions, 0 first, as on the hub."""
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise UsageError(f"{path}: not UTF-8 text ({err.reason})") from None
     reader = csv.DictReader(io.StringIO(text, newline=""))
-    endings = _swag_endings(reader.fieldnames or [], f"{path}:1")
+    endings = _swag_endings(reader.fieldnames or [], f"{path}:1", labelled)
     located = []
     for r, record in enumerate(reader):
         where = f"{path}:{reader.line_num}"
-        located.append((where, _swag_question(record, endings, str(r), where)))
+        located.append((where, _swag_question(record, endings, str(r), where, labelled)))
     return located
 
 
@@ -320,6 +324,25 @@ def custom(cfg) -> ChoiceTask:
             raise UsageError(f"--{option.replace('_', '-')} {given!r} is not a {suffix} file like --train-file "
                              f"(all of a run's files are in one layout: {by_suffix[suffix]})")
     return ChoiceTask("custom", by_suffix[suffix], sources.Source()).bind(cfg)
+
+
+def read_inputs(task: ChoiceTask, path) -> list[ChoiceQuestion]:
+    """A prediction's input: a file in the run's layout (DREAM JSON, HellaSWAG JSON lines, SWAG CSV), read and
+    checked as training reads it; the answers may be left out."""
+    path = Path(path)
+    return _checked(FORMATS[task.format].read_file(path, labelled=False), str(path))
+
+
+def prediction_rows(task: ChoiceTask, outputs: list[torch.Tensor], features: list[dict],
+                    examples: list[ChoiceQuestion]) -> list[dict]:
+    """One row per question: its id, the chosen choice's index and text, and its probability over the choices."""
+    rows = []
+    for question, scores in zip(examples, outputs):
+        probabilities = scores.softmax(-1)
+        best = int(probabilities.argmax())
+        rows.append({"id": question.id, "choice": best, "answer": question.choices[best],
+                     "probability": round(float(probabilities[best]), 6)})
+    return rows
 
 
 def read(task: ChoiceTask, split: str, cfg) -> list[ChoiceQuestion]:

@@ -237,7 +237,8 @@ def _multiple_choice_family() -> TaskFamily:
         mc.MULTIPLE_CHOICE, "multiple choice: one (context, choice) pair encoded per choice",
         read=mc.read, encode=mc.encode, collate=mc.collate, build_head=mc.plain_head, decode=mc.decode,
         score=mc.score, write_predictions=mc.write_predictions, predictions_suffix="tsv", length=mc.length,
-        custom=mc.custom, hf_class="BertForMultipleChoice")
+        custom=mc.custom, hf_class="BertForMultipleChoice", read_inputs=mc.read_inputs,
+        prediction_rows=mc.prediction_rows)
 
 
 BUILTIN_FAMILIES: dict[str, Callable[[], TaskFamily]] = {

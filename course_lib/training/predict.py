@@ -3,10 +3,10 @@
     python -m course_lib predict --run RUN_DIR --file FILE [--output PRED]
 
 The file is read with the run's own column rules (a sentence task: its text columns, from a CSV, TSV or JSON-lines
-file; a tagging task: a word per line, a blank line between sentences; span QA: a SQuAD JSON file; labels and
-answers may be there and are not read), and checked before the model loads: a missing column is one line and exit
+file; a tagging task: a word per line, a blank line between sentences; span QA: a SQuAD JSON file; multiple choice:
+the run's layout, DREAM, HellaSWAG or SWAG; labels and answers may be there and are not read), and checked before the model loads: a missing column is one line and exit
 code 2. Each row of the output holds the input and the model's answer (the class, as the task's files name it, with
-its probability; the score; a tag per word; the answer and its first character in the context). The task family says how to read and how to answer
+its probability; the score; a tag per word; the answer and its first character in the context; the choice). The task family says how to read and how to answer
 (`TaskFamily.read_inputs`, `prediction_rows`); a family without them is refused in one line.
 """
 from __future__ import annotations
@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", required=True, metavar="RUN_DIR", help="the run's output folder")
     parser.add_argument("--file", required=True, metavar="FILE",
                         help="the rows to predict: CSV, TSV or JSON lines with the run's text columns (tagging: a "
-                             "word per line, a blank line between sentences; span QA: SQuAD JSON)")
+                             "word per line, a blank line between sentences; span QA: SQuAD JSON; multiple choice: "
+                             "the run's layout)")
     parser.add_argument("--output", default=None, metavar="PRED",
                         help="the JSON-lines file to write (default: RUN_DIR/predictions_<FILE name>.jsonl)")
     parser.add_argument("--batch-size", type=int, default=None, help="rows per forward pass (default: the run's "
