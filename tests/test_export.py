@@ -127,3 +127,8 @@ def test_the_export_command_writes_where_it_is_told(tiny_model_dir, choice_files
     assert done.stdout.strip() == f"exported to {target}"
     pipe = transformers.pipeline("text-classification", model=str(target), tokenizer=str(target))
     assert pipe("a fine film")[0]["label"] in ("0", "1")  # SST-2's label names, as its files write them
+
+
+def test_the_export_option_takes_true_or_false_only():
+    with pytest.raises(UsageError, match=r"FinetuneConfig.export must be bool, got 'yes' \(str\)"):
+        FinetuneConfig.from_dict({"export": "yes"})
