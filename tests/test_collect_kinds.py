@@ -223,3 +223,24 @@ def test_rows_of_one_method_and_task_say_which_recipe_sets_them_apart(tmp_path):
     notes = collect.recipe_notes(collect.collect(tmp_path))
     assert notes == ["- vanilla on sst2, 2 rows: max_train_samples 1024 (01_ssa); max_train_samples 2000 (03_ssaf)"]
     assert notes[0] in collect.kind_table(collect.collect(tmp_path))
+
+
+def test_a_table_per_family_shows_each_row_only_the_settings_it_reads_and_that_vary(tmp_path):
+    """ASA's options are no column when every ASA run used the same ones (vanilla saves none); the tagging
+    divergence is read on tagging tasks only; each family's table has its own metrics; a run's own file is named
+    relative to its folder, so two seeds that read their own copy group together."""
+    for seed in (0, 1):
+        write(tmp_path / f"v{seed}", finetune_result("sst2", "vanilla", seed, {"accuracy": 0.8}))
+        run = tmp_path / f"a{seed}"
+        write(run, finetune_result("sst2", "asa", seed, {"accuracy": 0.81}, train_file=str(run / "train.tsv")))
+        write(tmp_path / f"w{seed}", finetune_result("wnut17", "asa", seed, {"f1": 0.5},
+                                                     asa_tagging_divergence="kl"))
+    table = collect.kind_table(collect.collect(tmp_path))
+    sentence, tagging = "\n".join(table).split("### tagging tasks")
+    assert sentence.startswith("### sentence tasks")
+    header = next(line for line in sentence.splitlines() if line.startswith("| task"))
+    assert "asa_tau" not in header and "asa_tagging_divergence" not in header and "dev f1" not in header
+    assert "train_file" in header and "| train.tsv |" in sentence  # relative to its run folder (vanilla's: None)
+    assert "| 2 |" in next(line for line in sentence.splitlines() if "| asa |" in line)  # both seeds, one group
+    tagging_header = next(line for line in tagging.splitlines() if line.startswith("| task"))
+    assert "dev accuracy" not in tagging_header and "dev f1" in tagging_header

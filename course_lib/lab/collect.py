@@ -28,6 +28,7 @@ from pathlib import Path
 from course_lib.errors import Parser, UsageError, report_errors
 from course_lib.tasks.metrics import holm_adjusted, paired_t_test
 from course_lib.lab.records import KINDS, kind_of, lower_is_better, percent_scale
+from course_lib.tasks.registry import family_of
 from course_lib.lab.reported import reported
 from course_lib.repro import METRICS, atomic_write, lock_exclusive
 
@@ -62,13 +63,27 @@ def collect(runs_dir: str | Path) -> list[dict]:
         if result is None or result.get("status") != "complete":
             continue
         kind = kind_of(result)
-        config = kind.config_of(result["config"])
+        config = in_run_folder(kind.config_of(result["config"]), path.parent)
         for entry in kind.tasks(result):
             rows.append({"run": path.parent.relative_to(runs_dir).as_posix(), "kind": kind.name,
                          "method": kind.method(config), "baseline": kind.baseline, "config": dict(config),
                          **entry, "train_seconds": result.get("timing", {}).get("train_seconds")})
     link_pretraining(rows)
     return rows
+
+
+def in_run_folder(config: dict, folder: Path) -> dict:
+    """The config with each absolute path inside the run's folder made relative to it (a run's own files: a
+    notebook's generated train.tsv), so runs that read their own copy of a file group as seeds, and a table says
+    `train.tsv` rather than one temporary path per run."""
+    where = os.path.abspath(folder)
+    relative = {}
+    for key, value in config.items():
+        if isinstance(value, str) and os.path.isabs(value) and key != "output_dir":
+            inside = os.path.relpath(value, where)
+            if not inside.startswith(os.pardir) and inside != os.curdir:
+                relative[key] = inside
+    return {**config, **relative}
 
 
 def link_pretraining(rows: list[dict]) -> None:
@@ -100,15 +115,27 @@ def _of_kind(rows: list[dict], *also: str) -> dict:
 
 
 def group_fields(rows: list[dict]) -> list[str]:
-    """task, method, then every other config field whose value differs between the runs (but the seed).
-    Meant for the rows of one kind: kinds have different settings."""
+    """task, method, then every other config field whose value differs between the runs that read it (but the
+    seed): ASA's tau is no column when every ASA run used one tau, whatever the vanilla runs saved. Meant for
+    the rows of one kind: kinds have different settings."""
     keys = sorted({k for row in rows for k in row["config"]} - {"task", "method", *NOT_GROUPED})
-    varying = [k for k in keys if len({json.dumps(row["config"].get(k), default=str) for row in rows}) > 1]
+    varying = [k for k in keys
+               if len({json.dumps(row["config"].get(k), default=str) for row in rows if _reads(row, k)}) > 1]
     return ["task", "method", *varying]
 
 
+def _reads(row: dict, field: str) -> bool:
+    """Whether the row's run reads the setting (its kind's field, its method's or task family's option)."""
+    return KINDS[row["kind"]].reads(row["config"], row["task"], field)
+
+
+NOT_READ = ""  # a setting the row's method and task do not read: an empty cell, and no part of its group
+
+
 def _group_value(row: dict, field: str):
-    return row[field] if field in ("task", "method", "kind") else row["config"].get(field)
+    if field in ("task", "method", "kind"):
+        return row[field]
+    return row["config"].get(field) if _reads(row, field) else NOT_READ
 
 
 def _stats(values: list[float]) -> dict:
@@ -243,7 +270,7 @@ def to_csv(rows: list[dict]) -> str:
     order = sorted(rows, key=lambda r: [list(KINDS).index(r["kind"]), r["task"], r["method"]]
                    + [str(r["config"].get(f)) for f in fields] + [r["config"].get("seed") or 0])
     for row in order:
-        writer.writerow([row["run"], row["kind"], row["task"], row["method"], *(row["config"].get(f) for f in fields),
+        writer.writerow([row["run"], row["kind"], row["task"], row["method"], *(_group_value(row, f) for f in fields),
                          row["config"].get("seed"), *(row["metrics"].get(m, "") for m in metrics),
                          row["train_seconds"], row.get("pretrained", "")])
     return out.getvalue()
@@ -271,9 +298,32 @@ def _shown(stats: dict | None, percent: int | None) -> str:
 
 
 def kind_table(rows: list[dict]) -> list[str]:
-    """The markdown table of one kind's groups: settings, seeds, each metric's mean ± std on the papers' scale
-    (`records.percent_scale`), the papers' numbers; then a line per task and method that has several rows,
-    naming the settings that set them apart and the folders they come from."""
+    """One kind's tables: one per task family where the kind says so (`RunKind.by_family`: fine-tuning runs
+    of sentence, tagging, span-QA and multiple-choice tasks have different metrics and settings), each with the
+    settings and metrics its own rows have; else one."""
+    families: dict[str, list[dict]] = {}
+    for row in rows:
+        families.setdefault(_family(row) if KINDS[row["kind"]].by_family else "", []).append(row)
+    if len(families) < 2:
+        return family_table(rows)
+    lines = []
+    for family, mine in families.items():
+        lines += ["", f"### {family.replace('_', ' ')} tasks", "", *family_table(mine)]
+    return lines[1:]
+
+
+def _family(row: dict) -> str:
+    """The task family of a row's task ('other' for a task this copy does not know)."""
+    try:
+        return family_of(row["task"], row["config"].get("task_type")).name
+    except UsageError:
+        return "other"
+
+
+def family_table(rows: list[dict]) -> list[str]:
+    """The markdown table of these rows' groups: settings (empty where a row does not read one), seeds, each
+    metric's mean ± std on the papers' scale (`records.percent_scale`), the papers' numbers; then a line per task
+    and method that has several rows, naming the settings that set them apart and the folders they come from."""
     fields, metrics = group_fields(rows), _metric_names(rows)
     header = [*fields, "seeds", *metrics, PAPER_COLUMN]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

@@ -9,9 +9,12 @@ when two runs are paired). A file written before `kind` existed is recognised by
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import math
 from typing import Callable
 
+from course_lib.errors import UsageError
 from course_lib.lab.archive import old_defaults
 from course_lib.methods.registry import every_method
 from course_lib.tasks.registry import find_task, get_family
@@ -67,6 +70,7 @@ class RunKind:
     looks_like: Callable[[dict], bool]  # recognises a metrics.json written before `kind` existed
     option_fields: tuple[str, ...] = ()  # the methods' own options (their registry entries' options classes)
     config_class: type | None = None  # its config: which options its method reads, what an older file meant
+    by_family: bool = False  # its results table is one per task family (their metrics and settings differ)
 
     def is_method_field(self, name: str) -> bool:
         return name in self.method_fields or name in self.option_fields or name.startswith(METHOD_PREFIXES)
@@ -87,6 +91,29 @@ class RunKind:
         return {k: v for k, v in sorted(config.items())
                 if self.is_method_field(k) and k not in self.method_fields and v != self.defaults.get(k)
                 and (options is None or preset is None or options.reads(k, preset))}
+
+    def reads(self, config: dict, task: str, key: str) -> bool:
+        """Whether a run with this config, on `task`, reads setting `key`: a field of its kind's own, or an
+        option of its method or its task family that a run on that task reads (ASA's tagging divergence is read
+        on tagging tasks only). A results table shows a row only the settings it reads."""
+        if self.config_class is None:
+            return True
+        choice = {k: config[k] for k in ("method", "ssa_method", "task", "task_type") if k in config}
+        try:
+            return key in _keys_read(self.config_class, json.dumps(choice, sort_keys=True), task)
+        except UsageError:  # a method or task this copy does not know: say everything it saved
+            return True
+
+
+@functools.lru_cache(maxsize=None)
+def _keys_read(config_class: type, choice: str, task: str) -> frozenset[str]:
+    """The flat keys a run of `config_class` with the choosing values `choice` (JSON) reads on `task`."""
+    nested = config_class.nested(json.loads(choice))
+    preset = find_task(task)
+    own = {f.name for f in dataclasses.fields(config_class)} - set(nested)
+    options = {f.name for klass in nested.values() for f in dataclasses.fields(klass)
+               if preset is None or klass.reads(f.name, preset)}
+    return frozenset(own | options)
 
 
 KINDS: dict[str, RunKind] = {}
@@ -156,7 +183,7 @@ def _pretrain_tasks(result: dict) -> list[dict]:
 register_kind(RunKind(
     "finetune", "Fine-tuning", _defaults(FinetuneConfig), "vanilla", ("method",),
     method=lambda config: config.get("method", "vanilla"), tasks=_finetune_tasks,
-    option_fields=_option_names(), config_class=FinetuneConfig,
+    option_fields=_option_names(), config_class=FinetuneConfig, by_family=True,
     looks_like=lambda result: isinstance(result.get("config"), dict) and "task" in result))
 register_kind(RunKind(
     "multitask", "Multitask (one encoder, a head per task)", _defaults(MultitaskConfig), "vanilla",
