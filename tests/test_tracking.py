@@ -71,3 +71,16 @@ def test_a_missing_tracker_package_or_an_unknown_name_is_one_line_before_any_run
     err = capsys.readouterr().err
     assert err.startswith("error: unknown report_to 'tensorbored' (valid: none, jsonl, tensorboard, wandb")
     assert err.count("\n") == 1 and not (tmp_path / "x").exists()
+
+
+def test_a_multitask_run_logs_each_heads_dev_metrics_by_name(tiny_model_dir, glue_dir, tmp_path):
+    from course_lib.training.config import MultitaskConfig
+    from course_lib.training.multitask import train_multitask
+
+    out = tmp_path / "mt"
+    result = train_multitask(MultitaskConfig(tasks="sst2,stsb", model=str(tiny_model_dir), glue_dir=str(glue_dir),
+                                             max_train_samples=32, max_eval_samples=16, epochs=1, batch_size=16,
+                                             max_len=32, report_to="jsonl", output_dir=str(out)))
+    epoch = next(line for line in _curves(out)[1:] if any(k.startswith("epoch/") for k in line))
+    assert epoch == {"step": epoch["step"], **scalars(result["history"][-1], "epoch/")}
+    assert {"epoch/tasks/sst2/dev/accuracy", "epoch/tasks/stsb/dev/pearson", "epoch/overall"} <= set(epoch)
