@@ -304,8 +304,8 @@ def methods(model_dir: Path, glue_dir: Path, work: Path, shape: str, device) -> 
         cfg = PretrainConfig(method=method, glue_dir=str(glue_dir), output_dir=str(work / "pretrain" / method),
                              tokenizer=str(model_dir),  # the image may lack the default model's package
                              max_steps=4, eval_every=2, eval_blocks=8, max_len=128, batch_size=batch,
-                             num_layers=size["num_hidden_layers"], hidden_size=size["hidden_size"],
-                             num_heads=max(size["num_attention_heads"], 8) if shape == "tiny" else 12,
+                             num_hidden_layers=size["num_hidden_layers"], hidden_size=size["hidden_size"],
+                             num_attention_heads=max(size["num_attention_heads"], 8) if shape == "tiny" else 12,
                              intermediate_size=size["intermediate_size"], mixed_precision=precision)
         rows[f"pretrain {method}"] = one_run(lambda: pretrain(cfg), lambda result: {
             "finite": _finite_pretrain(result)})
@@ -328,8 +328,8 @@ def shrink_paper_preset(name: str, model_dir: Path, work: Path, shape: str, comp
              "runs_dir": str(work / "notebooks"), "squad_split": "articles",  # offline: SQUAD_DIR's dev file or skip
              "squad_train_questions": 32, "squad_eval_questions": 16, "squad_epochs": 1}
     if shape == "tiny":
-        small.update(batch_size=8, max_len=64, num_layers=2, hidden_size=64, num_heads=8, intermediate_size=128,
-                     squad_section=False)  # a 64-position model has no room for a question and a context window
+        small.update(batch_size=8, max_len=64, num_hidden_layers=2, hidden_size=64, num_attention_heads=8,
+                     intermediate_size=128, squad_section=False)  # 64 positions: no room for a question and context
     params.update({k: v for k, v in small.items() if k in params})
     if "epochs" in params:
         params["epochs"] = min(params["epochs"], 2)  # 2: SSA's labels are first probed at epoch 2
