@@ -75,7 +75,6 @@ def hf_model(model, config: dict):
 def export_run(run_dir, to=None) -> Path:
     """Write the finished run in run_dir as a Hugging Face folder (default run_dir/hf_model), all or nothing;
     return the folder."""
-
     out = Path(run_dir)
     metrics = out / METRICS
     if not metrics.is_file() or not (out / WEIGHTS).is_file():
