@@ -130,9 +130,9 @@ def test_a_paired_test_on_a_loss_prefers_the_lower_value_and_holm_corrects_the_t
 
 
 def test_a_key_missing_from_an_older_file_reads_as_what_the_run_did_then(tmp_path):
-    """A run saved before asa_cut_row and asa_clip_scope existed ran clean and clipped all (ASAOptions'
-    saved_before): the same label as a run that says so, apart from today's defaults. A label leaves out an option
-    its task does not read (the regression divergence on SST-2), and a vanilla run reads no method's options."""
+    """A run saved before asa_cut_row and asa_clip_scope existed ran clean and clipped all (the lab's
+    archive.SAVED_BEFORE): the same label as a run that says so, apart from today's defaults. A label leaves out an
+    option its task does not read (the regression divergence on SST-2), and a vanilla run reads no method's options."""
     today = get_method("asa").options().to_dict()
     old = {k: v for k, v in today.items() if k not in ("asa_cut_row", "asa_clip_scope", "asa_regression_divergence")}
     said = {**today, "asa_cut_row": "clean", "asa_clip_scope": "all"}
