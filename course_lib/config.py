@@ -143,10 +143,16 @@ class Validated:
         takes the parameters by name instead of restating them (a restated list drifts when a field is added).
         Parameters that are no field (`preset`, `seeds`) are the notebook's own; another method's options are
         checked now and left out (a grid of the notebook's methods takes them from the parameters again,
-        `run_grid(..., options=p)`); `output_dir` is taken, and a grid of runs puts its run folders under it.
+        `run_grid(..., options=p)`), so an override that is one is refused: it would reach no run. `output_dir`
+        is taken, and a grid of runs puts its run folders under it.
         """
         chosen = {**cls.notebook_values(params), **overrides}  # unknown overrides: from_dict refuses them
-        return cls.from_dict(chosen, others="check")
+        config = cls.from_dict(chosen, others="check")
+        lost = sorted(set(overrides) - set(config.to_dict()))
+        if lost:
+            raise UsageError(f"{lost[0]!r} is another method's option, which this config leaves out: put it in the "
+                             f"parameters the grid reads (run_grid(..., options={{**vars(p), {lost[0]!r}: ...}}))")
+        return config
 
     @classmethod
     def notebook_values(cls, params) -> dict:

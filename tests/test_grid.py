@@ -178,3 +178,15 @@ def test_a_multitask_notebooks_parameters_give_another_methods_option_to_the_run
     with pytest.raises(UsageError, match="ssa_cls_weight"):
         MultitaskConfig.from_params({**params, "ssa_cls_weight": "heavy"})  # checked now, though not the base's
     assert [r.config.to_dict().get("ssa_cls_weight") for r in runs] == [None, 0.9]
+
+
+def test_another_methods_option_reaches_its_runs_through_the_grids_options_and_never_is_lost(tmp_path):
+    """An option of a method the base does not run, given as an override, would reach no run: refused. Given in
+    the options the grid reads, it reaches that method's runs (notebook 05's section 10: ASA at its own tau)."""
+    params = {"asa_tau": 0.3, "output_dir": str(tmp_path)}
+    with pytest.raises(UsageError, match=r"'asa_tau' is another method's option, which this config leaves out"):
+        FinetuneConfig.from_params(params, task="wnut17", asa_tau=0.5)
+    section = {**params, "asa_tau": 0.5}
+    base = FinetuneConfig.from_params(section, task="wnut17")
+    runs = plan_grid(base, methods=["vanilla", "asa"], seeds=[0], options=section)
+    assert [run.config.to_dict().get("asa_tau") for run in runs] == [None, 0.5]
