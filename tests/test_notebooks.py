@@ -75,11 +75,11 @@ def test_notebook_reads_in_the_house_order(name):
     assert nb.metadata["kernelspec"]["name"] == notebooks.KERNEL
 
 
-def test_unknown_and_ill_typed_parameters_are_one_line_errors():
+def test_unknown_and_ill_typed_parameters_are_one_line_errors(tmp_path):
     name = "00_bert_from_scratch"
     namespace = {"x_before": 1}
     nb = Notebook(name, namespace)
-    good = load_preset(name, "smoke")
+    good = {**load_preset(name, "smoke"), "output_dir": str(tmp_path)}  # the preset's is relative to notebooks/
     with pytest.raises(UsageError, match=r"unknown parameter 'epoch' .*valid: .*epochs"):
         nb.parameters({**namespace, **good, "epoch": 3})
     with pytest.raises(UsageError, match=r"parameter epochs must be int .*got '3' \(str\)"):
