@@ -12,17 +12,16 @@ refused in one line rather than exported wrong.
 """
 from __future__ import annotations
 
-import json
+import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
 
 from course_lib.errors import Parser, UsageError, report_errors
 from course_lib.model.weights import ours_to_hf
-from course_lib.repro import METRICS, WEIGHTS
 from course_lib.tasks.registry import get_family, run_task
 from course_lib.training.config import FinetuneConfig
-from course_lib.training.task_model import load_finetuned
+from course_lib.training.task_model import finished_config, load_finetuned
 
 EXPORT_DIR = "hf_model"  # the folder a run's export goes to, inside the run folder
 
@@ -30,8 +29,10 @@ EXPORT_DIR = "hf_model"  # the folder a run's export goes to, inside the run fol
 def export_if_asked(cfg: FinetuneConfig, out: Path) -> None:
     """The `export` run option: write the finished run's folder once, when the run completes (or, asked later,
     when the same command finds it complete)."""
-    if cfg.export and not (out / EXPORT_DIR / "config.json").is_file():
-        print(f"exported to {export_run(out)}")
+    from accelerate import PartialState
+
+    if cfg.export and PartialState().is_main_process and not (out / EXPORT_DIR / "config.json").is_file():
+        print(f"exported to {export_run(out)}")  # one process writes it, launched in several
 
 
 def hf_config(model, task, class_name: str, classifier_dropout: float) -> dict:
@@ -43,13 +44,8 @@ def hf_config(model, task, class_name: str, classifier_dropout: float) -> dict:
     names = getattr(task, "label_names", None)
     labels = {"id2label": dict(enumerate(names)), "label2id": {n: i for i, n in enumerate(names)}} if names else {}
     regression = {"problem_type": "regression"} if getattr(task, "is_regression", False) else {}
-    return {"model_type": "bert", "architectures": [class_name], "hidden_act": "gelu",
-            "vocab_size": shape.vocab_size, "hidden_size": shape.hidden_size,
-            "num_hidden_layers": shape.num_hidden_layers, "num_attention_heads": shape.num_attention_heads,
-            "intermediate_size": shape.intermediate_size, "hidden_dropout_prob": shape.hidden_dropout_prob,
-            "attention_probs_dropout_prob": shape.attention_probs_dropout_prob,
-            "max_position_embeddings": shape.max_position_embeddings, "type_vocab_size": shape.type_vocab_size,
-            "layer_norm_eps": shape.layer_norm_eps, "pad_token_id": shape.pad_token_id,
+    encoder = {k: v for k, v in dataclasses.asdict(shape).items() if not k.startswith("attn_normalizer")}
+    return {"model_type": "bert", "architectures": [class_name], "hidden_act": "gelu", **encoder,  # HF's names
             "classifier_dropout": classifier_dropout, "num_labels": model.num_labels if not names else len(names),
             **labels, **regression}
 
@@ -76,18 +72,11 @@ def export_run(run_dir, to=None) -> Path:
     """Write the finished run in run_dir as a Hugging Face folder (default run_dir/hf_model), all or nothing;
     return the folder."""
     out = Path(run_dir)
-    metrics = out / METRICS
-    if not metrics.is_file() or not (out / WEIGHTS).is_file():
-        raise UsageError(f"{out} holds no completed fine-tuning run ({METRICS} and {WEIGHTS}): run finetune there "
-                         f"first")
-    saved = json.loads(metrics.read_text())
-    if saved.get("kind", "finetune") != "finetune":
-        raise UsageError(f"{out} holds a {saved['kind']} run; export takes a finetune run (one task, one head)")
-    cfg = FinetuneConfig.from_dict(saved["config"], others="drop")
+    cfg = finished_config(out)
     cfg.check_exportable()
     model, tokenizer = load_finetuned(out)
-    hf = hf_model(model, hf_config(model, run_task(cfg), get_family(run_task(cfg).family).hf_class,
-                                   cfg.classifier_dropout))
+    task = run_task(cfg)
+    hf = hf_model(model, hf_config(model, task, get_family(task.family).hf_class, cfg.classifier_dropout))
     target = Path(to) if to is not None else out / EXPORT_DIR
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))

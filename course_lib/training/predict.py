@@ -17,30 +17,18 @@ from pathlib import Path
 from accelerate import Accelerator
 
 from course_lib.errors import Parser, UsageError, report_errors
-from course_lib.repro import METRICS, WEIGHTS, atomic_write
+from course_lib.repro import atomic_write
 from course_lib.tasks.registry import every_family, get_family, run_task
-from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import output_rows
-from course_lib.training.task_model import load_finetuned
-
-
-def saved_run(run_dir: Path) -> tuple[FinetuneConfig, object]:
-    """The finished run's config and task, read without loading its model."""
-    if not (run_dir / METRICS).is_file() or not (run_dir / WEIGHTS).is_file():
-        raise UsageError(f"{run_dir} holds no completed fine-tuning run ({METRICS} and {WEIGHTS}): run finetune "
-                         f"there first")
-    saved = json.loads((run_dir / METRICS).read_text())
-    if saved.get("kind", "finetune") != "finetune":
-        raise UsageError(f"{run_dir} holds a {saved['kind']} run; predict takes a finetune run (one task, one head)")
-    cfg = FinetuneConfig.from_dict(saved["config"], others="drop")
-    return cfg, run_task(cfg)
+from course_lib.training.task_model import finished_config, load_finetuned
 
 
 def predict_file(run_dir, file, output=None, batch_size: int | None = None) -> Path:
     """Predict every row of `file` with the run's model; write them to `output` (default: RUN_DIR/
     predictions_<file name>.jsonl), all at once; return that path."""
     run_dir, file = Path(run_dir), Path(file)
-    cfg, task = saved_run(run_dir)
+    cfg = finished_config(run_dir)  # read without its model
+    task = run_task(cfg)
     family = get_family(task.family)
     if family.read_inputs is None:
         readable = [name for name, f in every_family().items() if f.read_inputs is not None]

@@ -26,19 +26,29 @@ def build_classifier(cfg: FinetuneConfig, encoder, task, tokenizer) -> SequenceC
     return build(cfg, encoder, task, tokenizer)
 
 
-def load_finetuned(output_dir) -> tuple[SequenceClassifier, object]:
-    """(task model in eval mode, tokenizer) of a run that `finetune` completed in output_dir.
-
-    Rebuilt from the config saved in metrics.json (model, method and its encoder overrides) and the trained
-    weights in model.safetensors, so notebooks can probe a fine-tuned model's attention after training.
-    """
-    from safetensors.torch import load_file
-
+def finished_config(output_dir) -> FinetuneConfig:
+    """The config of the fine-tuning run `finetune` completed in output_dir, read without its model; a folder
+    without one (or with another kind of run) is one line."""
     out = Path(output_dir)
     if not (out / METRICS).is_file() or not (out / WEIGHTS).is_file():
         raise UsageError(f"{out} holds no completed fine-tuning run ({METRICS} and {WEIGHTS}): run finetune "
                          f"there first")
-    cfg = FinetuneConfig.from_dict(json.loads((out / METRICS).read_text())["config"], others="drop")
+    saved = json.loads((out / METRICS).read_text())
+    if saved.get("kind", "finetune") != "finetune":
+        raise UsageError(f"{out} holds a {saved['kind']} run, not a fine-tuning run (one task, one head)")
+    return FinetuneConfig.from_dict(saved["config"], others="drop")
+
+
+def load_finetuned(output_dir) -> tuple[SequenceClassifier, object]:
+    """(task model in eval mode, tokenizer) of a run that `finetune` completed in output_dir.
+
+    Rebuilt from the config saved in metrics.json (model, method and its encoder overrides) and the trained
+    weights in model.safetensors, so notebooks can probe, export or predict with a fine-tuned model.
+    """
+    from safetensors.torch import load_file
+
+    out = Path(output_dir)
+    cfg = finished_config(out)
     encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
     model = build_classifier(cfg, encoder, run_task(cfg), tokenizer)
     model.load_state_dict(load_file(out / WEIGHTS))
