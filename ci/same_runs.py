@@ -6,9 +6,15 @@ after the change, must give the same metrics.json (every score and logged loss, 
 
 `compare` leaves out timings and the config (whose keys may move in a refactor; it prints the keys that differ)
 and exits 1 at the first run whose results differ. Issue 41's options refactor was checked this way.
+
+Both sides must come from one machine and one CPU path: another CPU (AVX2 against AVX-512, or
+ATEN_CPU_CAPABILITY set differently) rounds the same computation differently in the last bit, and training
+carries that into every later digit. `run` writes the path it ran on to OUT/cpu.json; `compare` refuses two
+sides whose paths differ (exit 2), rather than reading a rounding difference as a change of the code.
 """
 import json
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -37,8 +43,18 @@ RUNS = {  # folder: command line after `python -m course_lib`
 TIMINGS = ("seconds", "time", "elapsed", "host", "started", "finished", "duration", "per_second", "throughput")
 
 
+def cpu_path() -> dict:
+    """What decides the last bits of these runs besides the code: torch's build and the CPU kernels it picks."""
+    import torch
+
+    return {"torch": torch.__version__, "machine": platform.machine(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
 def run(out: Path, only: list[str]) -> int:
     env = {**os.environ, "CI": "true", "TQDM_DISABLE": "1"}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "cpu.json").write_text(json.dumps(cpu_path()) + "\n")
     for name, args in RUNS.items():
         if only and name not in only:
             continue
@@ -57,6 +73,12 @@ def results(value):
 
 
 def compare(before: Path, after: Path, only: list[str]) -> int:
+    paths = [json.loads((side / "cpu.json").read_text()) if (side / "cpu.json").is_file() else None
+             for side in (before, after)]
+    if None not in paths and paths[0] != paths[1]:
+        print(f"{before} ran on {paths[0]}, {after} on {paths[1]}: bit-equal results are expected on one CPU path "
+              "only; run both sides on one machine", file=sys.stderr)
+        return 2
     for name in RUNS:
         if only and name not in only:
             continue

@@ -18,6 +18,8 @@ import torch
 
 from course_lib.methods.ag import AttentionGuidance, ag_scale_at
 
+pytestmark = pytest.mark.stored_numbers  # CI runs these under other CPU paths too
+
 LAYERS, BATCH, HEADS, LENGTH = 2, 2, 8, 7
 SCALE = 10.0  # α_0, the code's default `scale`
 INPUT_IDS = torch.tensor([[0, 11, 12, 4, 13, 14, 2], [0, 21, 4, 22, 23, 4, 2]])  # unread by the four patterns
@@ -71,7 +73,7 @@ AUTHORS_SCHEDULE = {0: 1.0, 19999: 1.0, 20000: 1.0, 20001: 0.9999666666666667, 3
 def attention_maps() -> list[torch.Tensor]:
     """Float64 maps, rows softmax-normalised, from fixed logits 3·sin(1.7·k + 0.3) (k = flat index over
     layer, example, head, query, key): arithmetic rather than a random generator, so they do not depend on
-    the torch version."""
+    the torch version or the CPU; another CPU's sin and exp differ only in the last bit, far inside REL."""
     k = torch.arange(LAYERS * BATCH * HEADS * LENGTH * LENGTH, dtype=torch.float64)
     logits = (3.0 * torch.sin(1.7 * k + 0.3)).reshape(LAYERS, BATCH, HEADS, LENGTH, LENGTH)
     return [torch.softmax(logits[layer], dim=-1).requires_grad_(True) for layer in range(LAYERS)]

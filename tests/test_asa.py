@@ -260,6 +260,7 @@ def test_the_clip_leaves_the_adversaries_out(adversary_scale):
             assert same == (scope == "learner"), (scope, adversary_scale)
 
 
+@pytest.mark.stored_numbers
 def test_the_regression_divergence_matches_the_authors_code():
     """Numbers from the authors' `divergence` (gingasan/adversarialSA, commit 049af10, modeling/utils.py), run on
     these (B, 1) scores in float64 in a scratch folder outside this repository: the value and both gradients.

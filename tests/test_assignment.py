@@ -49,6 +49,7 @@ def student(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.stored_numbers
 def test_reference_passes_every_public_and_hidden_check(manifest):
     titles = check.load_checks(hidden=True)
     assert list(titles) == [q["id"] for q in manifest["questions"]]
@@ -62,9 +63,16 @@ def test_reference_passes_every_public_and_hidden_check(manifest):
     assert earned == manifest["total_points"] > 0
 
 
+INPUT_ROUNDING = 1e-12  # the stored inputs, regenerated on another CPU: drawn ones come out equal, but a computed
+#   one (q3d's softmax) takes its float64 exp from the CPU's vector kernels, whose last bit differs between AVX-512,
+#   AVX2 and plain kernels (1.1e-16 here); any real change to an input (drawn O(1) values) is far larger
+
+
+@pytest.mark.stored_numbers
 def test_references_are_up_to_date(tmp_path):
-    """make-references on the reference code gives the committed inputs, and outputs within each check's atol:
-    the stored file is the current solution's. Whether that solution is right is the oracle tests' job below."""
+    """make-references on the reference code gives the committed inputs (to the CPU's rounding) and outputs within
+    each check's atol: the stored file is the current solution's. Whether that solution is right is the oracle
+    tests' job below. Every check reads the stored inputs, so every machine checks a solution on the same numbers."""
     from safetensors.torch import load_file
 
     fresh = load_file(str(assignment.make_references(tmp_path / "references.safetensors")))
@@ -73,7 +81,7 @@ def test_references_are_up_to_date(tmp_path):
     atol = {(c.question, c.name): c.atol for c in check.CHECKS}
     for key, value in fresh.items():
         question, name, part, _ = key.split("/")
-        tolerance = 0.0 if part == "in" else atol[question, name]
+        tolerance = INPUT_ROUNDING if part == "in" else atol[question, name]
         check.compare(key, value, committed[key], tolerance)  # if not: make-references, after review
     assert check.REFERENCES.stat().st_size < 1_000_000
 

@@ -35,6 +35,8 @@ import pytest
 
 from course_lib.lab import reproduce
 
+pytestmark = pytest.mark.stored_numbers  # CI runs these under other CPU paths too
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
 # Made by `--grid ci/grids/<name>.yaml --report results/<name>.md --archive results/runs/<name>`.

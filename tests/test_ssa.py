@@ -202,6 +202,7 @@ AUTHORS_SAMPLER = {1: (0.0, 1.0), 2: (0.052, 0.896), 3: (0.033883, 0.89835), 5: 
                    6: (0.100833, 0.5305), 10: (0.10888, 0.35055), 20: (0.137605, 0.12015)}
 
 
+@pytest.mark.stored_numbers
 def test_the_authors_sampler_masks_as_their_code():
     rng = random.Random(0)
     for n, (share, empty) in AUTHORS_SAMPLER.items():

@@ -79,8 +79,8 @@ def authors_model(bert, ours, family: str, test):
     state = {n: t for n, t in state.items() if n in wanted}  # a tagger has no pooler
     missing = wanted - set(state)
     assert not missing, f"not copied: {sorted(missing)}"
-    theirs.load_state_dict(state, strict=False)
-    return theirs.double().train()
+    theirs.double().load_state_dict(state, strict=False)  # float64 first: our weights are float64 draws
+    return theirs.train()
 
 
 def smallest_score(adversary, hidden, mask) -> float:

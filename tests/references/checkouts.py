@@ -1,6 +1,6 @@
-"""What the scripts in this folder share: the repository on sys.path, a test file loaded as a module (its inputs
-and the names of what it stores), and the `--authors-checkout` option, checked to be at the commit the numbers
-came from."""
+"""What the scripts in this folder share: the repository and tests/ on sys.path, a test file loaded as a module
+(its inputs and the names of what it stores), and the `--authors-checkout` option, checked to be at the commit
+the numbers came from."""
 from __future__ import annotations
 
 import argparse
@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for folder in (ROOT, ROOT / "tests"):  # the repository, and the tests' own helpers (portable_draws)
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
 
 
 def load_test(name: str):

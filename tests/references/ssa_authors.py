@@ -95,8 +95,8 @@ def authors_model(modeling, ours, case_args, max_len: int):
     state = authors_state(ours, hybrid, shared, max_len)
     wanted = set(theirs.state_dict())
     assert set(state) == wanted, f"not copied: {sorted(wanted - set(state))}, extra: {sorted(set(state) - wanted)}"
-    theirs.load_state_dict(state)
-    return theirs.double().train()
+    theirs.double().load_state_dict(state)  # float64 first: our weights are float64 draws
+    return theirs.train()
 
 
 def gradients(theirs, shared: bool) -> dict:
