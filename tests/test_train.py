@@ -122,12 +122,28 @@ def test_nonfinite_loss_stops_and_keeps_the_checkpoint(tiny_model_dir, keyword_g
     (["--lr", "-1"], "FinetuneConfig.lr must be > 0, got -1.0"),
     (["--compile", "fast"], "unknown compile 'fast' (valid: off, default, graphs)"),
     (["--log-every", "0"], "FinetuneConfig.log_every must be > 0, got 0"),
-    (["--glue-dir", "/nonexistent/glue"], "/nonexistent/glue"),
 ])
-def test_bad_input_is_one_line_and_exit_2(args, message):
-    result = run_cli(args)
+def test_bad_input_is_one_line_and_exit_2(args, message, capsys, monkeypatch):
+    """The command's own entry point in this process (a fresh process costs seconds per case: the one below),
+    refused before it touches this process's malloc or starts a run."""
+    from course_lib import cli
+
+    def started(*args, **kwargs):
+        raise AssertionError("the command went past its checks")
+
+    monkeypatch.setattr(cli, "keep_freed_memory", started)
+    monkeypatch.setattr(cli, "_train", started)
+    assert cli.main(["finetune", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.strip().count("\n") == 0 and "Traceback" not in err
+
+
+def test_a_bad_input_found_when_the_data_is_read_is_one_line_and_exit_2_from_the_process():
+    """A real process: its exit code and its whole stderr, for a mistake found after the config was accepted."""
+    result = run_cli(["--glue-dir", "/nonexistent/glue"])
     assert result.returncode == 2
-    assert message in result.stderr
+    assert "/nonexistent/glue" in result.stderr
     assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
 
 

@@ -95,9 +95,12 @@ def _in_fresh_process(setting: str, steps: int, batch_size: int, seq_len: int) -
 
 
 def contention(busy_counts=(0, 1, 2), rounds: int = 2, steps: int = 4, batch_size: int = 32,
-               seq_len: int = 64) -> dict:
-    """Every setting under every load, `rounds` times, each run a fresh process beside its busy programs."""
-    names, cells = list(SETTINGS), {}
+               seq_len: int = 64, settings: tuple[str, ...] = tuple(SETTINGS)) -> dict:
+    """Every setting under every load, `rounds` times, each run a fresh process beside its busy programs.
+    settings: a subset of SETTINGS that starts with libgomp's default, the yardstick of every ratio."""
+    if settings[0] != next(iter(SETTINGS)) or not set(settings) <= set(SETTINGS):
+        raise ValueError(f"settings {settings}: a subset of {tuple(SETTINGS)} that starts with the first")
+    names, cells = list(settings), {}
     plan = [(r, busy) for r in range(rounds) for busy in busy_counts]
     for r, busy in progress(plan, desc="bench contention"):
         hogs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(busy)]
@@ -114,7 +117,7 @@ def contention(busy_counts=(0, 1, 2), rounds: int = 2, steps: int = 4, batch_siz
     for cell in cells.values():
         cell["median_s"] = round(statistics.median(cell["seconds"]), 3)
     return {"cores": os.cpu_count(), "batch_size": batch_size, "seq_len": seq_len, "steps": steps,
-            "rounds": rounds, "busy_counts": list(busy_counts), "cells": list(cells.values())}
+            "rounds": rounds, "busy_counts": list(busy_counts), "settings": names, "cells": list(cells.values())}
 
 
 def format_contention(result: dict) -> str:
@@ -129,7 +132,7 @@ def format_contention(result: dict) -> str:
              "0.3 when they spin, 0.02 when they sleep)",
              "| setting | threads | idle spin s | " + " | ".join(f"{b} busy: s (x own quiet, x default quiet)"
                                                           for b in busy) + " |", "|---|---|---|" + "---|" * len(busy)]
-    for name in SETTINGS:
+    for name in result.get("settings", SETTINGS):  # results written before the subset option hold every one
         quiet = cell[(name, busy[0])]["median_s"]
         row = [f"{cell[(name, b)]['median_s']} ({cell[(name, b)]['median_s'] / quiet:.2f}, "
                f"{cell[(name, b)]['median_s'] / default:.2f})" for b in busy]

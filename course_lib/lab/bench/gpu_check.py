@@ -281,6 +281,18 @@ def one_run(run, describe) -> dict:
     return {**row, "seconds": round(time.perf_counter() - started, 1)}
 
 
+def small_corpus(glue_dir: Path, path: Path, num_lines: int = 4000) -> str:
+    """The first GLUE training sentences as a corpus file: a few pre-training steps read a fraction of them, and
+    tokenising all 180,000 would take longer than the steps (about 10 s a run)."""
+    from course_lib.training.config import PretrainConfig
+    from course_lib.training.mlm_data import load_corpus
+
+    lines, _ = load_corpus(PretrainConfig(glue_dir=str(glue_dir)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines[:num_lines]) + "\n", encoding="utf-8")
+    return str(path)
+
+
 def methods(model_dir: Path, glue_dir: Path, work: Path, shape: str, device) -> dict:
     """Each fine-tuning method (2 epochs, so SSA's per-epoch relabelling runs) and MLM/AG pre-training."""
     from course_lib.training.config import FinetuneConfig, PretrainConfig
@@ -299,9 +311,9 @@ def methods(model_dir: Path, glue_dir: Path, work: Path, shape: str, device) -> 
         rows[method] = one_run(lambda: finetune(cfg), lambda result: {
             "finite": _finite_history(result["history"], "train_loss"),
             "train_loss": [round(h["train_loss"], 4) for h in result["history"]]})
-    size = SHAPES[shape]
+    size, corpus = SHAPES[shape], small_corpus(glue_dir, work / "pretrain" / "corpus.txt")
     for method in ("mlm", "ag"):
-        cfg = PretrainConfig(method=method, glue_dir=str(glue_dir), output_dir=str(work / "pretrain" / method),
+        cfg = PretrainConfig(method=method, corpus=corpus, output_dir=str(work / "pretrain" / method),
                              tokenizer=str(model_dir),  # the image may lack the default model's package
                              max_steps=4, eval_every=2, eval_blocks=8, max_len=128, batch_size=batch,
                              num_hidden_layers=size["num_hidden_layers"], hidden_size=size["hidden_size"],
@@ -326,10 +338,12 @@ def shrink_paper_preset(name: str, model_dir: Path, work: Path, shape: str, comp
     small = {"max_train_samples": 64, "max_eval_samples": 32, "max_steps": 4, "eval_every": 2,
              "probe_sentences": 16, "model": str(model_dir), "output_dir": str(work / "notebooks" / name),
              "runs_dir": str(work / "notebooks"), "squad_split": "articles",  # offline: SQUAD_DIR's dev file or skip
-             "squad_train_questions": 32, "squad_eval_questions": 16, "squad_epochs": 1}
+             "squad_train_questions": 32, "squad_eval_questions": 16, "squad_epochs": 1,
+             "corpus_lines": 8000}  # notebook 04: a few steps read a fraction of the 180k GLUE sentences
     if shape == "tiny":
         small.update(batch_size=8, max_len=64, num_hidden_layers=2, hidden_size=64, num_attention_heads=8,
-                     intermediate_size=128, squad_section=False)  # 64 positions: no room for a question and context
+                     intermediate_size=128, squad_section=False,  # 64 positions: no room for a question and context
+                     corpus_lines=2000)
     params.update({k: v for k, v in small.items() if k in params})
     if "epochs" in params:
         params["epochs"] = min(params["epochs"], 2)  # 2: SSA's labels are first probed at epoch 2
