@@ -3,6 +3,7 @@ changing what the model computes on real tokens, and a machine without a GPU ref
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -43,6 +44,23 @@ def test_compile_default_trains_like_eager_on_a_cpu(no_dropout_model, tmp_path):
     assert losses[0][1] < losses[0][0]  # it trained
     assert compiled["dev"] == eager["dev"]
     assert json.loads((tmp_path / "compiled" / "metrics.json").read_text())["config"]["compile"] == "default"
+
+
+CACHE = ("import os; os.environ.pop('TORCHINDUCTOR_CACHE_DIR', None)\n"
+         "import torch._inductor.config  # it writes torch's default folder into the environment\n"
+         "from course_lib.training.compiled import cache_per_cpu_path; print(cache_per_cpu_path())")
+
+
+def test_compiled_code_is_cached_per_cpu_path():
+    """Code compiled under ATEN_CPU_CAPABILITY=avx2 and loaded on the machine's own path crashed the process: each
+    path has its own cache folder, unless the user names one."""
+    folders = [subprocess.run([sys.executable, "-c", CACHE], env={**os.environ, "ATEN_CPU_CAPABILITY": capability},
+                              capture_output=True, text=True, check=True).stdout.strip()
+               for capability in ("avx2", "default")]
+    assert folders[0].endswith("AVX2") and folders[1].endswith("DEFAULT") and folders[0] != folders[1]
+    chosen = subprocess.run([sys.executable, "-c", "\n".join(CACHE.split("\n")[1:])], capture_output=True, text=True,
+                            check=True, env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": "/tmp/mine"}).stdout.strip()
+    assert chosen == "/tmp/mine"
 
 
 def test_graphs_without_a_gpu_is_one_line_and_exit_2_before_training(tmp_path):

@@ -9,6 +9,8 @@ not depend on it, up to the float rounding of the kernels chosen. What each meth
 """
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 
@@ -32,8 +34,22 @@ def compile_modules(modules: list[nn.Module], how: str, dynamic: bool | None = N
     training's count of predicted tokens) are traced symbolically instead of recompiling."""
     if how == "off":
         return
+    cache_per_cpu_path()
     for module in modules:
         module.compile(dynamic=dynamic, **MODES[how])
+
+
+def cache_per_cpu_path() -> str:
+    """The compiler's on-disk cache, one folder per CPU path unless the user chose one (TORCHINDUCTOR_CACHE_DIR).
+    torch's cache does not tell apart code built under ATEN_CPU_CAPABILITY=avx2 on an AVX-512 machine from the
+    machine's own: loaded later on the other path, it crashed the process (a segfault, torch 2.13)."""
+    from torch._inductor.runtime.runtime_utils import default_cache_dir
+
+    default = default_cache_dir()
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR", default) == default:  # unset, or the default torch's config
+        #   writes there when it is imported
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(default, torch.backends.cpu.get_cpu_capability())
+    return os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 
 def next_length(length: int, max_len: int) -> int:
