@@ -379,3 +379,24 @@ def test_adversarial_pass_removes_its_hooks_on_exit_and_on_error():
         after, _ = model.logits(ids, mask)
     assert len(keeps) == len(model.encoder.layers) and not torch.equal(cut, clean)
     assert torch.equal(after, clean) and not any(layer._forward_pre_hooks for layer in model.encoder.layers)
+
+
+def test_a_default_asa_run_clips_what_vanilla_clips_and_never_the_adversaries():
+    """docs/methods.md's recipe table: the authors' scripts never clip; ours clips the encoder and the head at
+    max_grad_norm as vanilla does (asa_clip_scope's default, `learner`), and `all` adds the adversaries."""
+    from types import SimpleNamespace
+
+    from course_lib.methods.registry import get_method
+    from course_lib.tasks.sentence import SENTENCE
+    from course_lib.training.config import FinetuneConfig
+
+    task = SimpleNamespace(family=SENTENCE, num_labels=2)
+    cfg = FinetuneConfig.from_dict({"method": "asa"})
+    asa = get_method("asa")
+    model = asa.build_model(cfg, tiny_encoder(), task, None)
+    learner = {id(p) for name, p in model.named_parameters() if not name.startswith("adversaries.")}
+    assert cfg.options.asa_clip_scope == "learner"
+    assert {id(p) for p in asa.clip_scope(cfg, model)} == learner
+    everything = FinetuneConfig.from_dict({"method": "asa", "asa_clip_scope": "all"})
+    assert asa.clip_scope(everything, model) is None  # None: the loop clips every parameter
+    assert get_method("vanilla").clip_scope(FinetuneConfig(), model) is None

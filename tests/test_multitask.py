@@ -83,6 +83,18 @@ def test_annealed_goes_from_proportional_towards_uniform():
     assert Counter(task_schedule("annealed", sizes, 3, 4, 5))[1] > 3 * 6  # the small task gains
 
 
+@pytest.mark.parametrize("sizes, epoch, counts", [
+    # alpha 0.2 (annealed's last of 5 epochs): quotas 96 N^0.2 / sum = 38.377, 24.214, 33.409; the floors 38 + 24
+    #   + 33 leave 1 step, which goes to the largest remainder, .409 (the smallest, .214, would give 38, 25, 33)
+    ([60, 6, 30], 4, [38, 24, 34]),
+    # alpha 0.4 (epoch 3 of 5): quotas 12 N^0.4 / sum = 5.176, 3.136, 3.688; floors 5 + 3 + 3, the step to .688
+    ([7, 2, 3], 3, [5, 3, 4]),
+])
+def test_steps_left_by_the_floors_go_to_the_largest_remainders(sizes, epoch, counts):
+    order = task_schedule("annealed", sizes, seed=0, epoch=epoch, epochs=5)
+    assert [Counter(order)[k] for k in range(len(sizes))] == counts
+
+
 @pytest.mark.parametrize("schedule", ["round_robin", "proportional", "annealed"])
 def test_each_task_reads_whole_shuffled_passes_in_order(schedule):
     """Across epochs, a task's batches are its passes one after another: every row once per pass."""
@@ -250,3 +262,37 @@ def test_cli_runs_and_reports_bad_input_in_one_line(tiny_model_dir, toy_glue, tm
     assert cli.main(args) == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(printed["dev"]) == {"sst2", "stsb"} and 0 <= printed["overall"] <= 1
+
+
+def test_a_skipped_step_is_left_out_of_its_tasks_and_the_epochs_mean_loss(tiny_model_dir, toy_glue, tmp_path,
+                                                                           monkeypatch):
+    """on_nonfinite_loss=skip: one step's loss made NaN is skipped; each task's train_loss and the epoch's are means
+    over the steps taken, as recorded here; the task's `steps` still counts its share of the epoch."""
+    real, taken = multitask.batch_loss, []
+
+    def one_bad_step(head, *args, **kwargs):
+        loss, stats = real(head, *args, **kwargs)
+        name = next(n for n, h in model_heads.items() if h is head)
+        if len(taken) == 2 and not hasattr(one_bad_step, "done"):
+            one_bad_step.done = name
+            return loss * float("nan"), stats
+        taken.append((name, loss.item()))
+        return loss, stats
+
+    model_heads = {}
+    real_build = multitask.MultitaskBert.__init__
+
+    def remember_heads(self, *args, **kwargs):
+        real_build(self, *args, **kwargs)
+        model_heads.update(self.heads)
+
+    monkeypatch.setattr(multitask.MultitaskBert, "__init__", remember_heads)
+    monkeypatch.setattr(multitask, "batch_loss", one_bad_step)
+    result = train_multitask(tiny(tiny_model_dir, toy_glue, tmp_path / "run", tasks="sst2,stsb", epochs=1,
+                                  on_nonfinite_loss="skip"))
+    epoch = result["history"][0]
+    assert result["skipped_steps"] == 1 and sum(t["steps"] for t in epoch["tasks"].values()) == len(taken) + 1
+    assert epoch["train_loss"] == pytest.approx(sum(v for _, v in taken) / len(taken), rel=1e-6)
+    for name, task in epoch["tasks"].items():
+        mine = [v for n, v in taken if n == name]
+        assert task["train_loss"] == pytest.approx(sum(mine) / len(mine), rel=1e-6), name

@@ -36,6 +36,27 @@ def test_predicting_the_dev_file_gives_the_runs_own_dev_predictions(sst2_run, ke
     assert all(0.5 <= row["probability"] <= 1 for row in rows)
 
 
+def test_each_label_and_probability_are_the_models_own_argmax_and_softmax(sst2_run, keyword_glue, tmp_path):
+    """Against the fine-tuned model run by hand on the same sentences, one at a time (no padding): the printed
+    probability is its softmax's largest entry, not a rescaled or tempered one, and the label that entry's name."""
+    import torch
+
+    from course_lib.tasks.registry import run_task
+    from course_lib.training.task_model import finished_config, load_finetuned
+
+    written = predict_file(sst2_run, keyword_glue / "SST-2" / "dev.tsv", tmp_path / "pred.jsonl", batch_size=7)
+    rows = [json.loads(line) for line in written.read_text().splitlines()]
+    model, tokenizer = load_finetuned(sst2_run)
+    label_names = run_task(finished_config(sst2_run)).label_names  # SST-2's file names: "0", "1"
+    for row in rows[:16]:
+        batch = tokenizer(row["sentence"], truncation=True, max_length=32, return_tensors="pt")
+        with torch.no_grad():
+            logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits[0]
+        probabilities = logits.softmax(-1)
+        assert row["probability"] == pytest.approx(probabilities.max().item(), abs=2e-6)  # rounded to 6 places
+        assert row["label"] == label_names[int(probabilities.argmax())]
+
+
 def test_a_csv_or_json_lines_file_of_new_sentences_needs_only_the_text_column(sst2_run, tmp_path):
     (tmp_path / "mine.csv").write_text('id,sentence\n1,"a great, warm film"\n2,dull and slow\n')
     (tmp_path / "mine.jsonl").write_text('{"sentence": "a great, warm film"}\n{"sentence": "dull and slow"}\n')

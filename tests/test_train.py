@@ -196,3 +196,47 @@ def test_two_cpu_processes_match_one(tiny_model_dir, keyword_glue, tmp_path):
     for a, b in zip(one["history"], two["history"], strict=True):
         assert abs(a["train_loss"] - b["train_loss"]) < 1e-4  # float sums in another order, nothing more
         assert abs(a["dev"]["accuracy"] - b["dev"]["accuracy"]) <= 1 / 64  # at most one of 64 dev examples
+
+
+@pytest.mark.parametrize("warmup, total", [(0, 10), (3, 10), (10, 10), (4, 37)])
+def test_the_learning_rate_schedule_is_hugging_faces_linear_warmup_step_by_step(warmup, total):
+    """The loop's schedule is transformers' get_linear_schedule_with_warmup, which the papers' code used: the same
+    learning rate at every step, warmup's first step at 0 included."""
+    from transformers import get_linear_schedule_with_warmup
+
+    from course_lib.training.loop import linear_warmup_decay
+
+    def rates(make) -> list[float]:
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2e-5)
+        scheduler, seen = make(optimizer), []
+        for _ in range(total + 1):
+            seen.append(scheduler.get_last_lr()[0])
+            optimizer.step()
+            scheduler.step()
+        return seen
+
+    ours = rates(lambda o: linear_warmup_decay(o, warmup, total))
+    assert ours == pytest.approx(rates(lambda o: get_linear_schedule_with_warmup(o, warmup, total)), rel=1e-12, abs=0)
+
+
+def test_a_skipped_step_is_left_out_of_the_epochs_mean_loss(tiny_model_dir, keyword_glue, tmp_path, monkeypatch):
+    """on_nonfinite_loss=skip: one step's loss made NaN is skipped; the epoch's logged train_loss is the mean over
+    the steps taken, each loss as the step computed it (recorded here, outside the loop's sums)."""
+    from course_lib.training import finetune as finetune_module
+
+    real, taken = finetune_module.batch_loss, []
+
+    def one_bad_step(*args, **kwargs):
+        loss, stats = real(*args, **kwargs)
+        if len(taken) == 2 and not hasattr(one_bad_step, "done"):
+            one_bad_step.done = True
+            return loss * float("nan"), stats
+        taken.append(loss.item())
+        return loss, stats
+
+    monkeypatch.setattr(finetune_module, "batch_loss", one_bad_step)
+    result = finetune(FinetuneConfig(task="sst2", model=str(tiny_model_dir), glue_dir=str(keyword_glue), epochs=1,
+                                     batch_size=16, max_len=32, lr=1e-3, on_nonfinite_loss="skip",
+                                     output_dir=str(tmp_path / "run")))
+    assert result["skipped_steps"] == 1 and len(taken) == result["train_steps"] - 1
+    assert result["history"][0]["train_loss"] == pytest.approx(sum(taken) / len(taken), rel=1e-6)

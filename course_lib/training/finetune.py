@@ -228,12 +228,14 @@ class FinetuneJob(Job):
     def record(self, record: dict, taken) -> None:
         state, totals = self.loop.state, self.loop.totals
         totals.add(state, ("epoch_loss",), record["loss"], taken)
+        totals.count(state, ("epoch_taken",), taken)  # a skipped step (non-finite loss) is not in the mean
         add_stats(totals, state, ("epoch_stats",), ("epoch_seen",), record["stats"], taken)  # e.g. ASA's cut shares
 
     def end_segment(self, epoch: int, state: dict) -> None:
         scores = dev_entry(self.loop.model, self.task, self.dev, self.cfg.eval_batch_size, self.loop.accelerator,
                            self.pad_id, self.predictions)
-        entry = {"epoch": epoch + 1, "train_loss": state.pop("epoch_loss", 0.0) / self.steps_per_epoch,
+        taken = state.pop("epoch_taken", 0)
+        entry = {"epoch": epoch + 1, "train_loss": state.pop("epoch_loss", 0.0) / taken if taken else None,
                  **self.epoch_stats}
         stats = present_stats(state.pop("epoch_stats", {}), state.pop("epoch_seen", {}))
         entry.update({k: (torch.tensor(v, dtype=torch.float64) / self.steps_per_epoch).tolist()

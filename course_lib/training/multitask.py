@@ -154,6 +154,7 @@ class MultitaskJob(Job):
     def record(self, record: dict, taken) -> None:
         state, name = self.loop.state, record["task"]
         self.loop.totals.add(state, ("epoch_totals", name, "loss"), record["loss"], taken)
+        self.loop.totals.count(state, ("epoch_totals", name, "taken"), taken)  # the loss's mean leaves skips out
         add_stats(self.loop.totals, state, ("epoch_totals", name), ("epoch_seen", name), record["stats"], taken)
 
     def where(self, segment: int, index: int, item) -> str:
@@ -163,21 +164,22 @@ class MultitaskJob(Job):
         return list(model.heads.values())  # a step calls its task's head, which holds the shared encoder
 
     def end_segment(self, epoch: int, state: dict) -> None:
-        per_task, epoch_loss = {}, 0.0
+        per_task, epoch_loss, epoch_taken = {}, 0.0, 0
         for t in self.tasks:
             totals = state.setdefault("epoch_totals", {}).pop(t.name, {"steps": 0, "loss": 0.0})
             n, seen = totals.pop("steps"), state.get("epoch_seen", {}).pop(t.name, {})
-            epoch_loss += totals["loss"]
+            taken = totals.pop("taken", 0)
+            epoch_loss, epoch_taken = epoch_loss + totals["loss"], epoch_taken + taken
             with self.loop.accelerator.autocast():
                 metrics = dev_entry(self.loop.base.heads[t.name], t, self.dev[t.name], self.cfg.eval_batch_size,
                                     self.loop.accelerator, self.pad_id)
-            per_task[t.name] = {"steps": n, "train_loss": totals.pop("loss") / n if n else None,
+            per_task[t.name] = {"steps": n, "train_loss": totals.pop("loss") / taken if taken else None,
                                 **self.epoch_stats[t.name],
                                 **{key: v / n for key, v in present_stats(totals, seen).items()},
                                 **metrics}  # e.g. ssa_loss
         state.pop("epoch_seen", None)
         cfg = self.cfg
-        state["history"].append({"epoch": epoch + 1, "train_loss": epoch_loss / self.steps_per_epoch,
+        state["history"].append({"epoch": epoch + 1, "train_loss": epoch_loss / epoch_taken if epoch_taken else None,
                                  "schedule_alpha": schedule_alpha(cfg.schedule, epoch, cfg.epochs,
                                                                   cfg.schedule_alpha_end),
                                  "tasks": per_task, "overall": overall_score(self.tasks, per_task)})
