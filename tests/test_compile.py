@@ -93,3 +93,27 @@ def test_padding_to_a_fixed_length_leaves_real_tokens_alone(tiny_model_dir, sent
     torch.testing.assert_close(long[:, :L][real], short[real], atol=1e-5, rtol=1e-5)
     per_example = {**batch, "labels": torch.tensor([0, 1, 0, 1])}
     assert torch.equal(pad_batch(per_example, 0, 64)["labels"], per_example["labels"])
+
+
+@pytest.mark.parametrize("hybrid", [False, True])
+def test_a_batch_padded_for_graphs_has_the_unpadded_ssa_loss(hybrid):
+    """`graphs` pads every batch to a fixed length (pad_batch, the path its collate takes): SSA's padded token
+    labels take the ignore index, so both the task and the token loss are the unpadded batch's."""
+    from course_lib.methods.ssa import SSAClassifier
+    from course_lib.model.bert import BertModel
+    from course_lib.model.config import BertConfig
+
+    torch.manual_seed(0)
+    encoder = BertModel(BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                   intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                                   attention_probs_dropout_prob=0.0))
+    model = SSAClassifier(encoder, 2, 0.0, [2, 3, 0], max_len=64, hybrid=hybrid).double().train()
+    ids = torch.tensor([[2, 11, 12, 13, 14, 3], [2, 21, 22, 3, 0, 0]])
+    batch = {"input_ids": ids, "attention_mask": (ids != 0).long(), "token_type_ids": torch.zeros_like(ids),
+             "token_labels": torch.tensor([[-1, 1, 0, 1, 1, -1], [-1, 0, 1, -1, -1, -1]]),
+             "labels": torch.tensor([1, 0])}
+    padded = pad_batch(batch, 0, max_len=64)
+    assert padded["input_ids"].shape[1] == 32
+    losses = [model(b["input_ids"], b["attention_mask"], b["token_type_ids"], labels=b["labels"],
+                    token_labels=b["token_labels"]).loss for b in (batch, padded)]
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-6, atol=1e-7)  # float32 casts in the loss
