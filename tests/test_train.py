@@ -220,11 +220,12 @@ def test_the_learning_rate_schedule_is_hugging_faces_linear_warmup_step_by_step(
 
 
 def test_a_skipped_step_is_left_out_of_the_epochs_mean_loss(tiny_model_dir, keyword_glue, tmp_path, monkeypatch):
-    """on_nonfinite_loss=skip: one step's loss made NaN is skipped; the epoch's logged train_loss is the mean over
-    the steps taken, each loss as the step computed it (recorded here, outside the loop's sums)."""
+    """on_nonfinite_loss=skip: one step's loss made NaN is skipped; the epoch's logged train_loss and the method's
+    statistics (ASA's cut share per layer) are means over the steps taken, as each step computed them (recorded
+    here, outside the loop's sums)."""
     from course_lib.training import finetune as finetune_module
 
-    real, taken = finetune_module.batch_loss, []
+    real, taken, cut = finetune_module.batch_loss, [], []
 
     def one_bad_step(*args, **kwargs):
         loss, stats = real(*args, **kwargs)
@@ -232,11 +233,15 @@ def test_a_skipped_step_is_left_out_of_the_epochs_mean_loss(tiny_model_dir, keyw
             one_bad_step.done = True
             return loss * float("nan"), stats
         taken.append(loss.item())
+        cut.append([float(share) for share in stats["masked_fraction"]])
         return loss, stats
 
     monkeypatch.setattr(finetune_module, "batch_loss", one_bad_step)
-    result = finetune(FinetuneConfig(task="sst2", model=str(tiny_model_dir), glue_dir=str(keyword_glue), epochs=1,
-                                     batch_size=16, max_len=32, lr=1e-3, on_nonfinite_loss="skip",
-                                     output_dir=str(tmp_path / "run")))
+    cfg = FinetuneConfig.from_dict({"task": "sst2", "model": str(tiny_model_dir), "glue_dir": str(keyword_glue),
+                                    "epochs": 1, "batch_size": 16, "max_len": 32, "lr": 1e-3, "method": "asa",
+                                    "on_nonfinite_loss": "skip", "output_dir": str(tmp_path / "run")})
+    result = finetune(cfg)
     assert result["skipped_steps"] == 1 and len(taken) == result["train_steps"] - 1
-    assert result["history"][0]["train_loss"] == pytest.approx(sum(taken) / len(taken), rel=1e-6)
+    epoch = result["history"][0]
+    assert epoch["train_loss"] == pytest.approx(sum(taken) / len(taken), rel=1e-6)
+    assert epoch["masked_fraction"] == pytest.approx(torch.tensor(cut, dtype=torch.float64).mean(0).tolist(), rel=1e-6)

@@ -238,8 +238,8 @@ class FinetuneJob(Job):
         entry = {"epoch": epoch + 1, "train_loss": state.pop("epoch_loss", 0.0) / taken if taken else None,
                  **self.epoch_stats}
         stats = present_stats(state.pop("epoch_stats", {}), state.pop("epoch_seen", {}))
-        entry.update({k: (torch.tensor(v, dtype=torch.float64) / self.steps_per_epoch).tolist()
-                      for k, v in stats.items()})  # e.g. ASA's masking proportion per layer
+        entry.update({k: (torch.tensor(v, dtype=torch.float64) / taken).tolist()
+                      for k, v in stats.items() if taken})  # e.g. ASA's masking proportion per layer
         state["history"].append({**entry, **scores})
         self.loop.accelerator.print(f"epoch {epoch + 1}: " + ", ".join(
             f"{s} {k} {v:.4f}" if isinstance(v, float) else f"{s} {k} {v}"

@@ -175,7 +175,7 @@ class MultitaskJob(Job):
                                     self.loop.accelerator, self.pad_id)
             per_task[t.name] = {"steps": n, "train_loss": totals.pop("loss") / taken if taken else None,
                                 **self.epoch_stats[t.name],
-                                **{key: v / n for key, v in present_stats(totals, seen).items()},
+                                **{key: v / taken for key, v in present_stats(totals, seen).items() if taken},
                                 **metrics}  # e.g. ssa_loss
         state.pop("epoch_seen", None)
         cfg = self.cfg
