@@ -33,6 +33,8 @@ COMMANDS = {  # the commands with a parser of their own: `python -m course_lib N
     "export": ("course_lib.training.export", "write a finished fine-tuning run as a Hugging Face model folder"),
     "predict": ("course_lib.training.predict", "a finished fine-tuning run's model on new text, one prediction per "
                                                "row"),
+    "glue-submission": ("course_lib.lab.glue_submission", "the zip the GLUE leaderboard takes, from one finished "
+                                                          "run per task; --check a zip"),
     "bench": ("course_lib.lab.bench.command", "benchmarks, measured side by side in one process"),
     "gpu-check": ("course_lib.lab.bench.gpu_check", "the checks a CPU cannot run (bf16 parity, speed, every method "
                                                 "and paper preset, the loop), one report"),

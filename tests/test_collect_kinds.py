@@ -164,8 +164,11 @@ def test_seed_points_keep_a_tasks_recipes_apart_and_count_a_run_in_two_folders_o
     by_label = {}
     for point in points:
         by_label.setdefault((point["task"], point["label"]), []).append(point["value"])
-    assert by_label == {("sst2", "vanilla [lr=0.0001]"): [0.80, 0.81], ("sst2", "vanilla [lr=5e-05]"): [0.70, 0.71],
-                        ("sst2", "asa [lr=0.0001]"): [0.81], ("rte", "vanilla"): [0.55, 0.55]}
+    expected = {("sst2", "vanilla [lr=0.0001]"): [80.0, 81.0], ("sst2", "vanilla [lr=5e-05]"): [70.0, 71.0],
+                ("sst2", "asa [lr=0.0001]"): [81.0], ("rte", "vanilla"): [55.0, 55.0]}
+    assert by_label.keys() == expected.keys()
+    assert all(by_label[key] == pytest.approx(values) for key, values in expected.items())
+    assert {point["metric"] for point in points} == {"dev accuracy (%)"}  # the tables' scale: percent
 
 
 @pytest.mark.parametrize("content", ['{"status": "comp', '{"accuracy": 0.9}', "[1, 2]",

@@ -10,9 +10,11 @@ differ only in their seed form a group; collect writes, atomically:
 - `results.csv`: one row per run and head (its folder, kind, task, method, its group's settings, seed, every
   metric as `dev_accuracy`, `test_f1`, `held-out_mlm_loss`, ..., training time);
 - `results.md`: a section per kind with one row per group (mean ± sample standard deviation, ddof=1, over
-  seeds; one seed shows its number without ±) and the papers' numbers, then each method against its
-  baseline (vanilla; plain MLM for AG) by a paired t-test over seeds on the task's main metric, the
-  direction known (lower is better for a loss or perplexity) and Holm's correction across the table's tests.
+  seeds; one seed shows its number without ±) and the papers' numbers, then a GLUE section (each method's
+  GLUE score per task and, with all nine tasks, its GLUE average, by `tasks.glue_score`, beside the papers'), then
+  each method against its baseline (vanilla; plain MLM for AG) by a paired t-test over seeds on the task's main
+  metric, the direction known (lower is better for a loss or perplexity) and Holm's correction across the
+  table's tests.
 """
 from __future__ import annotations
 
@@ -28,8 +30,9 @@ from pathlib import Path
 from course_lib.errors import Parser, UsageError, report_errors
 from course_lib.tasks.metrics import holm_adjusted, paired_t_test
 from course_lib.lab.records import KINDS, kind_of, lower_is_better, percent_scale
+from course_lib.tasks.glue_score import GLUE_SCORE, GLUE_SCORE_PARTS, glue_average, missing_glue_tasks
 from course_lib.tasks.registry import family_of
-from course_lib.lab.reported import reported
+from course_lib.lab.reported import GLUE, reported
 from course_lib.repro import METRICS, atomic_write, lock_exclusive
 
 NOT_GROUPED = ("seed", "output_dir")  # runs that differ only in these are seeds of one group
@@ -229,16 +232,19 @@ def seed_points(rows: list[dict]) -> list[dict]:
     """Each run's main metric as a point (task, method, label, metric, value, seed): what the seed plots draw.
 
     label tells a task's recipes apart as the tables do: a method run at two learning rates is two columns,
-    never one pool of seeds, and the same run in two folders is one point."""
+    never one pool of seeds, and the same run in two folders is one point. A score is on the tables' scale,
+    percent (its metric says so), so a plot under a table reads as the table does."""
     points = []
     for (kind, _), mine in _of_kind(rows, "task").items():
         fields = group_fields(mine)
         varying = [field for field in fields[2:] if not KINDS[kind].is_method_field(field)]
         for row in (row for members in _groups(mine, fields) for row in members):
-            if row["main_metric"] in row["metrics"]:
+            metric = row["main_metric"]
+            if metric in row["metrics"]:
+                scale = percent_scale(row["task"], metric)
                 points.append({"task": row["task"], "method": row["method"], "label": _recipe_label(row, varying),
-                               "metric": row["main_metric"], "seed": row["config"].get("seed"),
-                               "value": row["metrics"][row["main_metric"]]})
+                               "metric": metric if scale is None else f"{metric} (%)", "seed": row["config"].get("seed"),
+                               "value": row["metrics"][metric] * (scale or 1)})
     return points
 
 
@@ -255,8 +261,9 @@ def run_curves(runs_dir: str | Path, rows: list[dict], curve: str = "eval_curve"
 
 
 def _metric_names(rows: list[dict]) -> list[str]:
-    """'dev accuracy', 'dev f1', ..., then MNLI's 'dev_matched ...' and 'dev_mismatched ...' (' ' sorts before '_')."""
-    return sorted({name for row in rows for name in row["metrics"]})
+    """'dev accuracy', 'dev f1', ..., then MNLI's 'dev_matched ...' and 'dev_mismatched ...' (' ' sorts before '_'),
+    then 'dev glue_score', the one made of the others."""
+    return sorted({name for row in rows for name in row["metrics"]}, key=lambda name: (name.endswith(GLUE_SCORE), name))
 
 
 def to_csv(rows: list[dict]) -> str:
@@ -357,6 +364,59 @@ def recipe_notes(rows: list[dict]) -> list[str]:
     return notes
 
 
+GLUE_METRIC = f"dev {GLUE_SCORE}"  # a GLUE fine-tuning row's score by GLUE's rule (`records._finetune_tasks`)
+
+
+def _glue_recipes(rows: list[dict]) -> tuple[list[str], dict[tuple, dict[str, list[dict]]]]:
+    """The GLUE fine-tuning runs as rows of the GLUE table: the settings that name a row, and {(method label,
+    method, their values): {task: its group's runs}}. A method's tasks join one row whatever their own budgets
+    (a task's lr or epochs); only a setting that sets apart two recipes of one task and method splits it."""
+    mine = [row for row in rows if row["kind"] == "finetune" and GLUE_METRIC in row["metrics"]]
+    fields = group_fields(mine)
+    groups = _groups(mine, fields)
+    by_task: dict = {}
+    for members in groups:
+        by_task.setdefault((members[0]["task"], _method_label(members[0])), []).append(members[0])
+    within = [f for f in fields[2:] if any(len({json.dumps(_group_value(row, f), default=str) for row in firsts}) > 1
+                                           for firsts in by_task.values())]
+    recipes: dict = {}
+    for members in groups:
+        first = members[0]
+        key = (_method_label(first), first["method"], tuple(_group_value(first, f) for f in within))
+        recipes.setdefault(key, {})[first["task"]] = members
+    return within, dict(sorted(recipes.items(), key=lambda item: json.dumps(item[0], default=str)))
+
+
+def glue_table(rows: list[dict]) -> list[str]:
+    """The GLUE section of the results page: a row per method (and the settings that split it) with each GLUE
+    task's score by GLUE's rule, mean ± std over seeds in percent, and with all nine tasks the GLUE average (the
+    mean of the nine means) beside the papers' averages; a line names the tasks a row lacks. [] without GLUE runs."""
+    within, recipes = _glue_recipes(rows)
+    if not recipes:
+        return []
+    tasks = list(GLUE_SCORE_PARTS)
+    header = ["method", *within, "seeds", *tasks, "GLUE average", PAPER_COLUMN]
+    lines = ["Dev scores by GLUE's rule: CoLA MCC; STS-B the mean of Pearson and Spearman; MRPC and QQP the mean of "
+             "F1 and accuracy; MNLI the mean of matched and mismatched; the others accuracy. The average is the "
+             "unweighted mean of all nine (WNLI too), shown only where a row has them all.", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lacking: dict[tuple, list[str]] = {}
+    for (label, method, values), by_task in recipes.items():
+        stats = {task: _stats([row["metrics"][GLUE_METRIC] for row in members]) for task, members in by_task.items()}
+        average = glue_average({task: s["mean"] for task, s in stats.items()})
+        fewest, most = min(s["n"] for s in stats.values()), max(s["n"] for s in stats.values())
+        cells = [label, *map(str, values), str(fewest) if fewest == most else f"{fewest}-{most}",
+                 *(_shown(stats.get(task), percent_scale(task, GLUE_METRIC)) for task in tasks),
+                 "" if average is None else f"{100 * average:.2f}", reported(method, GLUE)]
+        lines.append("| " + " | ".join(cells) + " |")
+        if average is None:
+            settings = ", ".join(f"{f}={v}" for f, v in zip(within, values))
+            name = f"{label} [{settings}]" if settings else label
+            lacking.setdefault(tuple(missing_glue_tasks(by_task)), []).append(name)
+    notes = [f"- no GLUE average for {', '.join(names)}: missing {', '.join(gone)}" for gone, names in lacking.items()]
+    return lines + ([""] + notes if notes else [])
+
+
 def verdict(test: dict) -> str:
     """What a paired test can say: 'yes' or 'no, worse' only when Holm's p is below 0.05, else 'not shown';
     with under 2 pairs there is no test, and pairs that are all equal show no difference."""
@@ -392,6 +452,9 @@ def to_markdown(rows: list[dict], runs_dir: str | Path) -> str:
              f"of this table, not across to it."]
     for kind, mine in sorted(_of_kind(rows).items(), key=lambda item: list(KINDS).index(item[0])):
         lines += ["", f"## {KINDS[kind].title}", "", *kind_table(mine)]
+    glue = glue_table(rows)
+    if glue:
+        lines += ["", "## GLUE score", "", *glue]
     tests = paired_tests(rows)
     if tests:
         lines += ["", "## Each method against its baseline", "",

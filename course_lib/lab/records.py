@@ -17,6 +17,7 @@ from typing import Callable
 from course_lib.errors import UsageError
 from course_lib.lab.archive import old_defaults
 from course_lib.methods.registry import every_method
+from course_lib.tasks.glue_score import GLUE_SCORE, glue_score
 from course_lib.tasks.registry import find_task, get_family
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
 
@@ -25,7 +26,7 @@ LOWER_IS_BETTER = ("loss", "perplexity")  # metric names containing these improv
 
 
 FRACTIONS = ("accuracy", "f1", "precision", "recall", "matthews_correlation", "pearson", "spearmanr",
-             "combined_score", "overall", "exact_match")  # scores that most families give in [0, 1] or [-1, 1]
+             "combined_score", "overall", "exact_match", GLUE_SCORE)  # scores most families give in [0, 1] or [-1, 1]
 
 
 def lower_is_better(metric: str) -> bool:
@@ -150,8 +151,14 @@ def _main_metric(result: dict, metrics: dict[str, float]) -> str | None:
 
 
 def _finetune_tasks(result: dict) -> list[dict]:
+    """One row: every dev and test metric; a GLUE task's row also its GLUE score, 'dev glue_score', which spans
+    MNLI's two dev splits (`tasks.glue_score`)."""
     metrics = split_metrics(result)
-    return [{"task": result["task"], "metrics": metrics, "main_metric": _main_metric(result, metrics)}]
+    main = _main_metric(result, metrics)
+    score = glue_score(result["task"], result)
+    if score is not None:
+        metrics[f"dev {GLUE_SCORE}"] = score
+    return [{"task": result["task"], "metrics": metrics, "main_metric": main}]
 
 
 def _multitask_tasks(result: dict) -> list[dict]:

@@ -1,0 +1,352 @@
+"""`python -m course_lib glue-submission RUN_DIR ... --to FILE.zip`: the zip the GLUE leaderboard scores.
+
+From finished fine-tuning runs, one per GLUE task, every test split is predicted (the MNLI run also predicts
+MNLI-mm and the diagnostic set AX) and written as the leaderboard reads it: eleven files at the zip's top level
+(`CoLA.tsv`, ..., `AX.tsv`), each a header `index<TAB>prediction` and one row per test row in the test file's
+index order; `0`/`1` for CoLA, SST-2, MRPC, QQP and WNLI, `entailment`/`not_entailment` for QNLI and RTE, MNLI's
+three names for MNLI and AX, STS-B's score clipped to [0, 5]. Each value is the class name as GLUE's own files
+write it (`GlueTask.label_names`), so the mapping is the reader's, not a second table. (transformers' `run_glue.py
+--do_predict`, the usual route, writes label names such as `acceptable` where the leaderboard wants 0/1, numbers
+rows by position, and has no AX.)
+
+The leaderboard refuses a zip with a task missing: `--fill-missing majority` writes the training set's commonest
+class (STS-B: its mean score) for a task without a run, and says so on stdout and in `manifest.json` inside the
+zip, with the runs, the project's commit and where each test split was read. `--check FILE.zip` checks any zip
+against the same rules and the test files' rows, naming the first problem. Everything a user can get wrong is
+found before a model loads (`plan`). Test splits: `course_lib.tasks.glue_test_splits`.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import subprocess
+import zipfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from course_lib.errors import Parser, UsageError, report_errors
+from course_lib.repro import METRICS, WEIGHTS, atomic_write
+from course_lib.tasks import glue
+from course_lib.tasks.glue_score import glue_score
+from course_lib.tasks.glue_test_splits import TEST_SPLITS, GlueTestSplit, UnlabelledRows, read_test
+
+HEADER = "index\tprediction"
+MANIFEST = "manifest.json"
+FILL_RULES = ("majority",)
+NOT_FOR_LEADERBOARD = ("this zip checks the pipeline, not a model: {names} were predicted on stand-ins (dev files "
+                       "without their labels), which the leaderboard would score against other sentences")
+
+
+@dataclass
+class Plan:
+    """What a submission needs, all read and checked before any model loads."""
+
+    runs: dict[str, Path] = field(default_factory=dict)  # GLUE task -> its run's folder
+    filled: list[str] = field(default_factory=list)  # GLUE tasks without a run
+    tests: dict[str, UnlabelledRows | None] = field(default_factory=dict)  # file name -> rows (None: not readable)
+
+
+def best_runs(folder: Path, method: str | None = None) -> list[Path]:
+    """A folder of runs (a sweep's, a grid's) as its best finished run per GLUE task by the dev GLUE score (the
+    best seed, in a grid over seeds); its runs must be of one method, or `method` picks them."""
+    found = []
+    for path in sorted(folder.rglob(METRICS)):
+        saved = json.loads(path.read_text())
+        if saved.get("kind", "finetune") == "finetune" and saved.get("status") == "complete" and \
+                saved.get("task") in glue.GLUE_TASKS and (path.parent / WEIGHTS).is_file():
+            found.append((path.parent, saved))
+    methods = sorted({saved["config"].get("method", "vanilla") for _, saved in found})
+    if method is not None:
+        found = [(p, saved) for p, saved in found if saved["config"].get("method", "vanilla") == method]
+    elif len(methods) > 1:
+        raise UsageError(f"{folder} holds GLUE runs of several methods ({', '.join(methods)}): pick one with "
+                         f"--method")
+    if not found:
+        raise UsageError(f"{folder}: no finished GLUE fine-tuning run in it or below it"
+                         + (f" of method {method!r} (found: {', '.join(methods) or 'none'})" if method else ""))
+    best: dict[str, tuple[float, Path]] = {}
+    for path, saved in found:
+        score = glue_score(saved["task"], saved)
+        score = -math.inf if score is None else score
+        if saved["task"] not in best or score > best[saved["task"]][0]:
+            best[saved["task"]] = (score, path)
+    return [path for _, path in best.values()]
+
+
+def expand(run_dirs: list, method: str | None = None) -> list[Path]:
+    """Each RUN_DIR as given when it is a run; a folder holding runs becomes its best run per task."""
+    out = []
+    for folder in map(Path, run_dirs):
+        out += [folder] if (folder / METRICS).is_file() or not folder.is_dir() else best_runs(folder, method)
+    return out
+
+
+def plan(run_dirs: list, fill_missing: str | None, glue_dir=None) -> Plan:
+    """The runs by task and the test splits to predict; a run that is unfinished, not of a GLUE task or a second
+    run of one task, a missing task without `--fill-missing`, or an unreadable test split of a run's task is one
+    line."""
+    if fill_missing is not None and fill_missing not in FILL_RULES:
+        raise UsageError(f"unknown --fill-missing {fill_missing!r} (valid: {', '.join(FILL_RULES)})")
+    result = Plan()
+    for folder in map(Path, run_dirs):
+        task = _finished_glue_task(folder)
+        if task in result.runs:
+            raise UsageError(f"two runs of {task}: {result.runs[task]} and {folder} (give one run per task, e.g. "
+                             f"its best dev seed)")
+        result.runs[task] = folder
+    result.filled = [task for task in glue.GLUE_TASKS if task not in result.runs]
+    if result.filled and fill_missing is None:
+        names = ", ".join(glue.GLUE_TASKS[t].folder for t in result.filled)
+        raise UsageError(f"no run for {names}: the leaderboard refuses a zip without every task (give a run of "
+                         f"each, or --fill-missing majority)")
+    for name, split in TEST_SPLITS.items():
+        result.tests[name] = read_test(split, glue_dir) if split.task in result.runs else _if_readable(split,
+                                                                                                      glue_dir)
+    return result
+
+
+def _finished_glue_task(folder: Path) -> str:
+    if not (folder / METRICS).is_file() or not (folder / WEIGHTS).is_file():
+        raise UsageError(f"{folder} holds no finished fine-tuning run ({METRICS} and {WEIGHTS})")
+    saved = json.loads((folder / METRICS).read_text())
+    if saved.get("status") != "complete" or saved.get("kind", "finetune") != "finetune":
+        raise UsageError(f"{folder}: a {saved.get('kind', 'finetune')} run with status "
+                         f"{saved.get('status')!r}, not a finished fine-tuning run")
+    task = str(saved.get("task") or saved["config"].get("task"))
+    if task not in glue.GLUE_TASKS:
+        raise UsageError(f"{folder}: a run of {task!r}, not a GLUE task (valid: {', '.join(glue.GLUE_TASKS)})")
+    return task
+
+
+def _if_readable(split: GlueTestSplit, glue_dir) -> UnlabelledRows | None:
+    """A filled task's test split when it can be read; None means the release's row count, numbered from 0."""
+    try:
+        return read_test(split, glue_dir)
+    except UsageError:
+        return None
+
+
+def submission_value(task: glue.GlueTask, logits) -> str:
+    """One prediction as the leaderboard reads it: the class as GLUE's files name it, or the score in range."""
+    if task.is_regression:
+        low, high = task.label_range
+        return f"{min(max(float(logits[0]), low), high):.3f}"
+    return task.label_names[int(logits.argmax())]
+
+
+def fill_value(task: glue.GlueTask, glue_dir=None) -> tuple[str, str]:
+    """(value, why) for a task without a run: the training set's commonest class (ties: the lower id) or mean
+    score; where no training set can be read, the first class (STS-B: the middle of its range), said so."""
+    try:
+        labels = [ex.label for ex in glue.load_split(task, "train", glue_dir)]
+    except UsageError as err:
+        value = f"{sum(task.label_range) / 2:.3f}" if task.is_regression else task.label_names[0]
+        return value, f"a placeholder, not the majority: no training set here ({str(err).split(':')[0]})"
+    if task.is_regression:
+        return f"{math.fsum(labels) / len(labels):.3f}", f"the training set's mean score ({len(labels)} pairs)"
+    best, count = min(Counter(labels).items(), key=lambda item: (-item[1], item[0]))
+    return task.label_names[best], f"the training set's majority class ({count} of {len(labels)})"
+
+
+def tsv_text(indices: list[int], values: list[str]) -> str:
+    return HEADER + "\n" + "".join(f"{i}\t{v}\n" for i, v in zip(indices, values))
+
+
+def predict_rows(folder: Path, names: list[str], tests: dict, batch_size: int | None) -> dict[str, list[str]]:
+    """One run's model on its test splits, through the code `predict` and evaluation use (`output_rows`)."""
+    from accelerate import Accelerator
+
+    from course_lib.tasks.registry import get_family, run_task
+    from course_lib.training.finetune import output_rows
+    from course_lib.training.task_model import finished_config, load_finetuned
+
+    cfg = finished_config(folder)
+    task, (model, tokenizer) = run_task(cfg), load_finetuned(folder)
+    family, accelerator = get_family(task.family), Accelerator()
+    model = model.to(accelerator.device)
+    values = {}
+    for name in names:
+        features = family.encode(tests[name].examples, tokenizer, cfg, training=False)
+        outputs = output_rows(model, features, batch_size or cfg.eval_batch_size, accelerator,
+                              tokenizer.pad_token_id, family, desc=f"predict {name}")
+        values[name] = [submission_value(task, row) for row in outputs]
+    return values
+
+
+def project_commit() -> str | None:
+    """The commit of the code that writes the zip, when it runs from a git checkout."""
+    done = subprocess.run(["git", "-C", str(Path(__file__).parent), "rev-parse", "HEAD"], capture_output=True,
+                          text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def run_entry(folder: Path, test: UnlabelledRows) -> dict:
+    """A run's line in the manifest: its folder, method, seed, model, dev score and weights' digest."""
+    saved = json.loads((folder / METRICS).read_text())
+    config = saved["config"]
+    digest = hashlib.sha256((folder / WEIGHTS).read_bytes()).hexdigest()
+    return {"from": "run", "run": str(folder), "method": config.get("method"), "seed": config.get("seed"),
+            "model": config.get("model"), "dev": saved.get("dev"), "weights_sha256": digest,
+            "test_rows": test.origin, "rows": len(test.indices)}
+
+
+def write_submission(run_dirs: list, to, fill_missing: str | None = None, glue_dir=None,
+                     batch_size: int | None = None, method: str | None = None) -> dict:
+    """Predict, fill, and write the zip atomically; return the manifest (what each file holds)."""
+    to = Path(to)
+    if to.suffix != ".zip":
+        raise UsageError(f"--to {str(to)!r} must name a .zip file (the leaderboard takes a zip)")
+    todo = plan(expand(run_dirs, method), fill_missing, glue_dir)
+    files, entries = {}, {}
+    for task, folder in todo.runs.items():
+        names = [n for n, s in TEST_SPLITS.items() if s.task == task]
+        for name, values in predict_rows(folder, names, todo.tests, batch_size).items():
+            files[name] = tsv_text(todo.tests[name].indices, values)
+            entries[name] = run_entry(folder, todo.tests[name])
+    for name, split in TEST_SPLITS.items():
+        if split.task in todo.filled:
+            files[name], entries[name] = _filled(split, todo.tests[name], glue_dir)
+    stand_ins = [name for name, rows in todo.tests.items() if rows is not None and rows.stand_in]
+    manifest = {"written_by": "python -m course_lib glue-submission", "project_commit": project_commit(),
+                "for_leaderboard": not stand_ins, "filled": [glue.GLUE_TASKS[t].folder for t in todo.filled],
+                "stand_ins": stand_ins, "files": {name: entries[name] for name in TEST_SPLITS}}
+    _write_zip(to, {f"{name}.tsv": files[name] for name in TEST_SPLITS}, manifest)
+    return manifest
+
+
+def _filled(split: GlueTestSplit, rows: UnlabelledRows | None, glue_dir) -> tuple[str, dict]:
+    value, why = fill_value(split.glue_task, glue_dir)
+    indices = rows.indices if rows is not None else list(range(split.rows))
+    origin = rows.origin if rows is not None else f"GLUE's release: {split.rows} rows numbered from 0"
+    return tsv_text(indices, [value] * len(indices)), {"from": "fill", "value": value, "why": why,
+                                                       "test_rows": origin, "rows": len(indices)}
+
+
+def _write_zip(to: Path, files: dict[str, str], manifest: dict) -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+        archive.writestr(MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    atomic_write(to, lambda f: f.write(buffer.getvalue()))
+
+
+def report(to, manifest: dict) -> str:
+    """What the zip holds, a line per file, then the warnings a user must not miss."""
+    lines = []
+    for name, entry in manifest["files"].items():
+        source = (f"run {entry['run']} ({entry['method']}, seed {entry['seed']})" if entry["from"] == "run"
+                  else f"filled with {entry['value']!r}: {entry['why']}")
+        lines.append(f"{name + '.tsv':<12} {entry['rows']:>7} rows  {source}")
+    lines.append(f"wrote {to}")
+    if manifest["filled"]:
+        lines.append(f"note: filled without a run: {', '.join(manifest['filled'])}")
+    if manifest["stand_ins"]:
+        lines.append("note: " + NOT_FOR_LEADERBOARD.format(names=", ".join(manifest["stand_ins"])))
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# Checking a zip (ours or another tool's)
+
+
+def check_zip(path, glue_dir=None) -> list[str]:
+    """Every problem the leaderboard would refuse or misread, in the order met: not a zip, a file missing, in a
+    folder or unknown, a wrong header, row count or index order, a value outside the task's labels or range.
+    The expected rows are the test splits as `read_test` finds them here (the release's count, numbered from 0,
+    where none can be read)."""
+    path = Path(path)
+    if not zipfile.is_zipfile(path):
+        raise UsageError(f"--check {str(path)!r} is not a zip file")
+    with zipfile.ZipFile(path) as archive:
+        names = [n for n in archive.namelist() if not n.endswith("/")]
+        problems = _name_problems(names)
+        for name, split in TEST_SPLITS.items():
+            if f"{name}.tsv" in names:
+                problems += _file_problems(f"{name}.tsv", archive.read(f"{name}.tsv"), split, glue_dir)
+    return problems
+
+
+def _name_problems(names: list[str]) -> list[str]:
+    expected = [f"{name}.tsv" for name in TEST_SPLITS]
+    problems = [f"{n}: files must sit at the zip's top level" for n in names if "/" in n]
+    problems += [f"{n}: missing (the leaderboard needs all of {', '.join(expected)})" for n in expected
+                 if n not in names]
+    return problems + [f"{n}: not a GLUE submission file (expected: {', '.join(expected)})" for n in names
+                       if "/" not in n and n not in expected and n != MANIFEST]
+
+
+def _file_problems(name: str, data: bytes, split: GlueTestSplit, glue_dir) -> list[str]:
+    try:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        return [f"{name}: not UTF-8 text"]
+    if not lines or lines[0] != HEADER:
+        return [f"{name}: header {lines[0] if lines else ''!r}, expected {HEADER!r}"]
+    rows = _if_readable(split, glue_dir)
+    expected = rows.indices if rows is not None else list(range(split.rows))
+    if len(lines) - 1 != len(expected):
+        return [f"{name}: {len(lines) - 1} rows, expected {len(expected)} (the test split's rows)"]
+    for line_no, (line, index) in enumerate(zip(lines[1:], expected), start=2):
+        problem = _row_problem(line, index, split.glue_task)
+        if problem:
+            return [f"{name}:{line_no}: {problem}"]
+    return []
+
+
+def _row_problem(line: str, index: int, task: glue.GlueTask) -> str | None:
+    fields = line.split("\t")
+    if len(fields) != 2:
+        return f"{len(fields)} tab-separated fields, expected 2 (index, prediction)"
+    if fields[0] != str(index):
+        return f"index {fields[0]!r}, expected {index} (the test file's order)"
+    if not task.is_regression:
+        return None if fields[1] in task.label_names else \
+            f"prediction {fields[1]!r} (valid for {task.folder}: {', '.join(task.label_names)})"
+    try:
+        score = float(fields[1])
+    except ValueError:
+        return f"prediction {fields[1]!r} is not a number"
+    low, high = task.label_range
+    return None if math.isfinite(score) and low <= score <= high else \
+        f"prediction {fields[1]!r} is outside {low:g} to {high:g}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = Parser(prog="python -m course_lib glue-submission",
+                    description="the zip the GLUE leaderboard takes, from one finished run per GLUE task; or "
+                                "--check a zip")
+    parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="finished fine-tuning runs, one per GLUE task; "
+                        "a folder of runs (a sweep's) gives its best dev run per task")
+    parser.add_argument("--method", default=None, help="in a folder of runs, take this method's")
+    parser.add_argument("--to", metavar="FILE.zip", help="the zip to write")
+    parser.add_argument("--fill-missing", choices=FILL_RULES, default=None,
+                        help="write the training set's majority class for a task without a run, and say so")
+    parser.add_argument("--check", metavar="FILE.zip", help="check a zip against the leaderboard's rules and the "
+                                                            "test splits' rows; write nothing")
+    parser.add_argument("--glue-dir", default=None, help="GLUE's download, with its test files (default: "
+                                                         "$GLUE_DIR, else data/glue's stand-ins, else the hub)")
+    parser.add_argument("--batch-size", type=int, default=None, help="rows per forward pass (default: each run's "
+                                                                      "eval_batch_size)")
+
+    def body() -> int:
+        args = parser.parse_strict(argv)
+        if args.check:
+            if args.runs or args.to:
+                raise UsageError("--check reads a zip; give it without RUN_DIR and --to")
+            problems = check_zip(args.check, args.glue_dir)
+            print(f"{args.check}: {problems[0]}" if problems else f"{args.check}: passes (11 files, each split's "
+                  f"rows in order, every value valid)")
+            return 1 if problems else 0
+        if not args.to:
+            raise UsageError("give --to FILE.zip (the zip to write) or --check FILE.zip")
+        if args.batch_size is not None and args.batch_size <= 0:
+            raise UsageError(f"--batch-size must be > 0, got {args.batch_size}")
+        manifest = write_submission(args.runs, args.to, args.fill_missing, args.glue_dir, args.batch_size,
+                                    args.method)
+        print(report(args.to, manifest))
+        return 0
+    return report_errors(body, "nothing was written; run the same command again")

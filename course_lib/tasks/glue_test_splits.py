@@ -1,0 +1,170 @@
+"""GLUE's unlabelled test splits: the eleven files the leaderboard scores, and where each is read from.
+
+The leaderboard (gluebenchmark.com) takes one prediction file per test split: the nine tasks' test sets, MNLI's
+matched and mismatched halves, and the diagnostic set AX, which an MNLI model predicts. A split is read, first
+found, from:
+
+1. a GLUE folder in the download layout (`--glue-dir` or $GLUE_DIR): `<Task>/test.tsv`, MNLI's
+   `test_matched.tsv` and `test_mismatched.tsv`, AX as `diagnostic/diagnostic.tsv` or `AX.tsv`;
+2. the repository's `data/glue`, which ships no test file (GLUE's release is not redistributed there): for a task
+   whose dev file it ships, a **stand-in** is built from that dev file with its labels dropped and its rows
+   numbered from 0. A zip written from stand-ins checks the pipeline; the leaderboard would score it against
+   other sentences, and `glue-submission` says so;
+3. the `nyu-mll/glue` hub dataset (its test splits and its `ax` configuration), when downloads are allowed.
+
+Every test file of the release has a header row; its rows are numbered by an index column (`index`; QQP's is
+`id`), which the submission must repeat in the file's order. The row counts are those of the release, as the
+`nyu-mll/glue` dataset card lists them; they are checked when a split cannot be read (a task filled without data).
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from course_lib.errors import UsageError, find_named
+from course_lib.tasks import glue, local_data
+from course_lib.tasks.sentence import Example
+
+
+@dataclass(frozen=True)
+class GlueTestSplit:
+    """One file of the leaderboard's zip: what predicts it, where GLUE's download puts it, how many rows."""
+
+    name: str  # the zip's file stem, as the leaderboard names it: 'MNLI-m'
+    task: str  # the GLUE task whose fine-tuned model predicts it: 'mnli' (also for AX)
+    paths: tuple[str, ...]  # inside a GLUE folder, the first that exists wins
+    hub_split: tuple[str, str]  # nyu-mll/glue configuration and split
+    rows: int  # rows in GLUE's release
+    text_columns: tuple[str, ...]  # in the test file's header
+    index_column: str = "index"
+    dev_split: str | None = "dev"  # the shipped labelled split a stand-in is built from (AX has none)
+
+    @property
+    def glue_task(self) -> glue.GlueTask:
+        return glue.get_task(self.task)
+
+
+_PAIR = ("sentence1", "sentence2")
+TEST_SPLITS: dict[str, GlueTestSplit] = {f.name: f for f in (
+    GlueTestSplit("CoLA", "cola", ("CoLA/test.tsv",), ("cola", "test"), 1063, ("sentence",)),
+    GlueTestSplit("SST-2", "sst2", ("SST-2/test.tsv",), ("sst2", "test"), 1821, ("sentence",)),
+    GlueTestSplit("MRPC", "mrpc", ("MRPC/test.tsv",), ("mrpc", "test"), 1725, ("#1 String", "#2 String")),
+    GlueTestSplit("STS-B", "stsb", ("STS-B/test.tsv",), ("stsb", "test"), 1379, _PAIR),
+    GlueTestSplit("QQP", "qqp", ("QQP/test.tsv",), ("qqp", "test"), 390965, ("question1", "question2"), "id"),
+    GlueTestSplit("MNLI-m", "mnli", ("MNLI/test_matched.tsv",), ("mnli", "test_matched"), 9796, _PAIR,
+                  dev_split="dev_matched"),
+    GlueTestSplit("MNLI-mm", "mnli", ("MNLI/test_mismatched.tsv",), ("mnli", "test_mismatched"), 9847, _PAIR,
+                  dev_split="dev_mismatched"),
+    GlueTestSplit("QNLI", "qnli", ("QNLI/test.tsv",), ("qnli", "test"), 5463, ("question", "sentence")),
+    GlueTestSplit("RTE", "rte", ("RTE/test.tsv",), ("rte", "test"), 3000, _PAIR),
+    GlueTestSplit("WNLI", "wnli", ("WNLI/test.tsv",), ("wnli", "test"), 146, _PAIR),
+    GlueTestSplit("AX", "mnli", ("diagnostic/diagnostic.tsv", "AX.tsv", "diagnostic/AX.tsv"), ("ax", "test"), 1104,
+                  _PAIR, dev_split=None),
+)}
+
+
+def splits_predicted_by(task: str) -> list[GlueTestSplit]:
+    """The files a run of `task` predicts: its own test split; MNLI's two halves and AX."""
+    return [f for f in TEST_SPLITS.values() if f.task == glue.get_task(task).name]
+
+
+def get_test_split(name: str) -> GlueTestSplit:
+    return find_named("GLUE test split", name, TEST_SPLITS)
+
+
+@dataclass(frozen=True)
+class UnlabelledRows:
+    """A test split as read: the index column's values in file order, the texts, and where they came from."""
+
+    indices: list[int]
+    examples: list[Example]  # labels are placeholders (0, or 0.0 for STS-B): the test labels are hidden
+    origin: str  # 'GLUE_DIR/SST-2/test.tsv', 'stand-in: data/glue/SST-2/dev.tsv without labels', 'hub ...'
+    stand_in: bool = False
+
+
+def read_test(test: GlueTestSplit, glue_dir=None) -> UnlabelledRows:
+    """The split from the user's GLUE folder, else a stand-in from the shipped dev file, else the hub; one line
+    saying what to give when none of them has it."""
+    chosen = local_data.env_folder("GLUE_DIR", glue_dir)
+    if chosen is not None:
+        return _read_tsv(_find_in(Path(chosen).expanduser(), test), test)
+    shipped = next((p for p in map(lambda r: local_data.shipped_file("GLUE_DIR", r), test.paths) if p), None)
+    if shipped is not None:
+        return _read_tsv(shipped, test)
+    if test.dev_split is not None and local_data.shipped_file("GLUE_DIR", f"{test.glue_task.folder}/dev.tsv"):
+        return _stand_in(test)
+    return _from_hub(test)
+
+
+def _find_in(folder: Path, test: GlueTestSplit) -> Path:
+    if not folder.is_dir():
+        raise UsageError(f"GLUE folder {str(folder)!r} does not exist or is not a folder")
+    path = next((folder / p for p in test.paths if (folder / p).is_file()), None)
+    if path is None:
+        raise UsageError(f"GLUE folder {str(folder)!r} has no test file for {test.name} "
+                         f"(looked for {', '.join(test.paths)})")
+    return path
+
+
+def _placeholder(test: GlueTestSplit) -> float | int:
+    return 0.0 if test.glue_task.is_regression else 0
+
+
+def _read_tsv(path: Path, test: GlueTestSplit) -> UnlabelledRows:
+    """A test TSV read strictly, by header names: a missing index or text column, a row of the wrong width or an
+    index that is not a whole number is one line naming the file and line."""
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+            header = [c.strip() for c in next(rows, [])]
+            for column in (test.index_column, *test.text_columns):
+                if column not in header:
+                    raise UsageError(f"{path}: header lacks the column {column!r} (the test file of {test.name} "
+                                     f"needs {', '.join((test.index_column, *test.text_columns))}; found "
+                                     f"{', '.join(header) or 'an empty file'})")
+            at, text_at = header.index(test.index_column), [header.index(c) for c in test.text_columns]
+            indices, examples = [], []
+            for row in rows:
+                if not row:
+                    continue
+                where = f"{path}:{rows.line_num}"
+                if len(row) != len(header):
+                    raise UsageError(f"{where}: expected {len(header)} tab-separated fields, found {len(row)}")
+                indices.append(_index(row[at], where))
+                examples.append(Example(tuple(row[i] for i in text_at), _placeholder(test)))
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text") from None
+    if not indices:
+        raise UsageError(f"{path}: no rows")
+    return UnlabelledRows(indices, examples, str(path))
+
+
+def _index(text: str, where: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"{where}: index {text!r} is not a whole number") from None
+
+
+def _stand_in(test: GlueTestSplit) -> UnlabelledRows:
+    """The shipped dev split with its labels dropped, numbered from 0: the offline pipeline's test split."""
+    dev = glue.load_split(test.glue_task, test.dev_split)
+    examples = [Example(ex.texts, _placeholder(test)) for ex in dev]
+    source = f"data/glue/{test.glue_task.folder}/dev.tsv"
+    return UnlabelledRows(list(range(len(dev))), examples, f"stand-in: {source} without its labels", stand_in=True)
+
+
+def _from_hub(test: GlueTestSplit) -> UnlabelledRows:
+    config, split = test.hub_split
+    columns = ("premise", "hypothesis") if config == "ax" else test.glue_task.text_columns
+    try:
+        import datasets  # slow to import; only needed without a local folder
+
+        table = datasets.load_dataset("nyu-mll/glue", config, split=split)
+        texts, indices = [list(table[c]) for c in columns], [int(i) for i in table["idx"]]
+    except Exception as err:  # offline, no cache, the hub changed: all mean "give me a folder"
+        raise UsageError(f"could not load GLUE's {test.name} test split from the hub ({type(err).__name__}): set "
+                         f"GLUE_DIR or --glue-dir to GLUE's download (with {test.paths[0]}), or go online") from err
+    examples = [Example(tuple(row), _placeholder(test)) for row in zip(*texts)]
+    return UnlabelledRows(indices, examples, f"hub: nyu-mll/glue {config} {split}")
