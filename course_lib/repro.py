@@ -144,7 +144,7 @@ def progress_disabled() -> bool:
 
 def progress(iterable=None, **kwargs):
     """tqdm with the project's quiet rule; pass disable=False to force a bar. In a Jupyter kernel the bar is a
-    widget whose saved text is its last state (`_saved_bar_class`)."""
+    widget while it runs and its last line of text once it ends (`_saved_bar_class`)."""
     from tqdm.auto import tqdm
 
     kwargs.setdefault("disable", progress_disabled())
@@ -154,28 +154,47 @@ def progress(iterable=None, **kwargs):
     return tqdm(iterable, **kwargs)
 
 
+_SLOTS: dict = {}  # (cell execution, bar level) -> the one display output that level's bars take turns in
+
+
+def _bar_slot(container, level: int):
+    """The display output of a cell's bars at one nesting level: the first bar creates it, later ones replace the
+    widget in it, so a cell keeps one bar output per level however many bars it runs."""
+    from IPython import get_ipython
+    from IPython.display import display
+
+    key = (getattr(get_ipython(), "execution_count", None), level)
+    if key in _SLOTS:
+        _SLOTS[key].update(container)
+    else:
+        if len(_SLOTS) > 256:  # slots of cells run long ago
+            _SLOTS.clear()
+        _SLOTS[key] = display(container, display_id=True)
+    return _SLOTS[key]
+
+
 @functools.cache
 def _saved_bar_class(widget_bar):
-    """`widget_bar` (tqdm.auto's choice in a notebook) shown under a display id and shown again when it closes.
+    """`widget_bar` (tqdm.auto's choice in a notebook) shown in its cell's slot, and turned into text when it ends.
 
-    A notebook file keeps a widget's text form as it was when first shown (`0%| | 0/64`), and JupyterLab shows
-    that text when the notebook is reopened without the live widget. Updating the display at the end stores the
-    final line instead (`100%|...| 64/64 [00:12<00:00]`); a bar with leave=False leaves an empty output.
+    A saved notebook must not hold a widget view: reopened without the kernel's widget state, JupyterLab prefers it
+    to the text beside it and shows "Error displaying widget". So a finished bar empties its slot and prints its
+    last line (`epoch 1: 100%|...| 64/64 [00:12<00:00]`), which joins the cell's other printed lines in one output;
+    a bar with leave=False leaves nothing. A training cell then holds a few outputs at any preset, not one per bar
+    (JupyterLab folds a cell's outputs past 50 behind "Show more outputs").
     """
-    from IPython.display import display
 
     class SavedBar(widget_bar):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, display=False, **kwargs)
-            self.handle = display(self.container, display_id=True) if not self.disable else None
+            self.handle = _bar_slot(self.container, abs(getattr(self, "pos", 0))) if not self.disable else None
 
         def close(self):
             super().close()
             if self.handle is not None:
+                self.handle.update({"text/plain": ""}, raw=True)
                 if self.leave:
-                    self.handle.update(self.container)
-                else:
-                    self.handle.update({"text/plain": ""}, raw=True)
+                    print(self.format_meter(**self.format_dict), flush=True)
                 self.handle = None
 
     return SavedBar

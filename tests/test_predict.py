@@ -106,6 +106,7 @@ def test_predicting_a_multiple_choice_runs_questions_without_labels_gives_its_ow
     rows = [json.loads(x) for x in predict_file(out, tmp_path / "unlabelled.jsonl").read_text().splitlines()]
     assert {row["id"]: (row["choice"], row["answer"]) for row in rows} == own and len(rows) == 12
     assert all(1 / 3 <= row["probability"] <= 1 for row in rows)
+    _probabilities_are_the_softmax_over_each_questions_own_scores(out, tmp_path / "unlabelled.jsonl", rows)
     (tmp_path / "bad.jsonl").write_text('{"ind": 0, "ctx": "a ball", "endings": ["one"]}\n')
     with pytest.raises(UsageError, match=r"'endings' must be a list of at least 2 texts"):
         predict_file(out, tmp_path / "bad.jsonl")
@@ -138,3 +139,25 @@ def test_predicting_a_span_qa_runs_dev_questions_without_answers_gives_its_own_a
     assert {row["id"]: row["answer"] for row in rows} == own and len(rows) == 6
     contexts = {qa["id"]: p["context"] for a in doc["data"] for p in a["paragraphs"] for qa in p["qas"]}
     assert all(contexts[r["id"]][r["start"]:r["start"] + len(r["answer"])] == r["answer"] for r in rows)
+
+
+def _probabilities_are_the_softmax_over_each_questions_own_scores(run, file, rows):
+    """The printed probability is the largest entry of the softmax over the question's choice scores, the model
+    run on that question alone (no batch, no padding from other questions): not a rescaled or tempered one."""
+    import torch
+
+    from course_lib.tasks.registry import get_family, run_task
+    from course_lib.training.task_model import finished_config, load_finetuned
+
+    cfg = finished_config(run)
+    task = run_task(cfg)
+    family = get_family(task.family)
+    model, tokenizer = load_finetuned(run)
+    for question, row in list(zip(family.read_inputs(task, file), rows))[:6]:
+        batch = family.collate(family.encode([question], tokenizer, cfg, training=False), tokenizer.pad_token_id)
+        with torch.no_grad():
+            scores = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits[0]
+        probabilities = scores.softmax(-1)
+        assert row["probability"] == pytest.approx(probabilities.max().item(), abs=2e-6)  # rounded to 6 places
+        assert row["choice"] == int(probabilities.argmax())
+
