@@ -156,24 +156,13 @@ def tsv_text(indices: list[int], values: list[str]) -> str:
 
 
 def predict_rows(folder: Path, names: list[str], tests: dict, batch_size: int | None) -> dict[str, list[str]]:
-    """One run's model on its test splits, through the code `predict` and evaluation use (`output_rows`)."""
-    from accelerate import Accelerator
+    """One run's model on its test splits, loaded once, through `predict`'s own code (`Predictor`)."""
+    from course_lib.training.predict import Predictor
 
-    from course_lib.tasks.registry import get_family, run_task
-    from course_lib.training.finetune import output_rows
-    from course_lib.training.task_model import finished_config, load_finetuned
-
-    cfg = finished_config(folder)
-    task, (model, tokenizer) = run_task(cfg), load_finetuned(folder)
-    family, accelerator = get_family(task.family), Accelerator()
-    model = model.to(accelerator.device)
-    values = {}
-    for name in names:
-        features = family.encode(tests[name].examples, tokenizer, cfg, training=False)
-        outputs = output_rows(model, features, batch_size or cfg.eval_batch_size, accelerator,
-                              tokenizer.pad_token_id, family, desc=f"predict {name}")
-        values[name] = [submission_value(task, row) for row in outputs]
-    return values
+    predictor = Predictor(folder, batch_size)
+    return {name: [submission_value(predictor.task, row)
+                   for row in predictor.outputs(tests[name].examples, desc=f"predict {name}")[0]]
+            for name in names}
 
 
 def project_commit() -> str | None:

@@ -23,6 +23,27 @@ from course_lib.training.finetune import output_rows
 from course_lib.training.task_model import finished_config, load_finetuned
 
 
+class Predictor:
+    """A finished run's model, loaded once, answering lists of inputs read with the run's rules: what `predict`
+    and `glue-submission` both call, so a test split is predicted by the same code as a user's file."""
+
+    def __init__(self, run_dir, batch_size: int | None = None):
+        self.cfg = finished_config(run_dir)
+        self.task = run_task(self.cfg)
+        self.family = get_family(self.task.family)
+        model, self.tokenizer = load_finetuned(run_dir)
+        self.accelerator = Accelerator()  # a GPU when there is one
+        self.model = model.to(self.accelerator.device)
+        self.batch_size = batch_size or self.cfg.eval_batch_size
+
+    def outputs(self, examples: list, desc: str = "predict") -> tuple[list, list[dict]]:
+        """(the model's output row per input, in order; the encoded features)."""
+        features = self.family.encode(examples, self.tokenizer, self.cfg, training=False)
+        rows = output_rows(self.model, features, self.batch_size, self.accelerator, self.tokenizer.pad_token_id,
+                           self.family, desc=desc)
+        return rows, features
+
+
 def predict_file(run_dir, file, output=None, batch_size: int | None = None) -> Path:
     """Predict every row of `file` with the run's model; write them to `output` (default: RUN_DIR/
     predictions_<file name>.jsonl), all at once; return that path."""
@@ -36,11 +57,7 @@ def predict_file(run_dir, file, output=None, batch_size: int | None = None) -> P
     if not file.is_file():
         raise UsageError(f"--file {str(file)!r} is not a file")
     examples = family.read_inputs(task, file)  # a bad file stops here, before the model loads
-    model, tokenizer = load_finetuned(run_dir)
-    accelerator = Accelerator()  # a GPU when there is one
-    features = family.encode(examples, tokenizer, cfg, training=False)
-    outputs = output_rows(model.to(accelerator.device), features, batch_size or cfg.eval_batch_size, accelerator,
-                          tokenizer.pad_token_id, family, desc="predict")
+    outputs, features = Predictor(run_dir, batch_size).outputs(examples)
     rows = family.prediction_rows(task, outputs, features, examples)
     target = Path(output) if output is not None else run_dir / f"predictions_{file.stem}.jsonl"
     text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
