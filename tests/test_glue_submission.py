@@ -232,6 +232,7 @@ def _fake_run(folder: Path, task: str, status: str = "complete") -> Path:
     ("missing", "no run for CoLA, SST-2, MRPC"),
     ("no-index", "header lacks the column 'index'"),
     ("not-zip", "must name a .zip file"),
+    ("truncated", "status None, not a finished fine-tuning run"),
 ])
 def test_bad_input_is_one_line_exit_2_before_a_model_loads_and_nothing_is_written(case, message, runs, mini_glue,
                                                                                   tmp_path, monkeypatch, capsys):
@@ -239,7 +240,10 @@ def test_bad_input_is_one_line_exit_2_before_a_model_loads_and_nothing_is_writte
     glue_dir, to, fill = mini_glue, tmp_path / "out.zip", ["--fill-missing", "majority"]
     argv = {"non-glue": [_fake_run(tmp_path / "w", "wnut17")], "twice": [runs["sst2"], runs["sst2"]],
             "unfinished": [_fake_run(tmp_path / "u", "cola", status="running")], "missing": [runs["stsb"]],
-            "no-index": [runs["sst2"]], "not-zip": [runs["sst2"]]}[case]
+            "no-index": [runs["sst2"]], "not-zip": [runs["sst2"]],
+            "truncated": [_fake_run(tmp_path / "t", "rte")]}[case]
+    if case == "truncated":  # a metrics.json cut short by a kill
+        (tmp_path / "t" / "metrics.json").write_text('{"kind": "finetune", "stat')
     if case == "no-index":
         glue_dir = tmp_path / "glue"
         _write(glue_dir / "SST-2" / "test.tsv", ["sentence"], [["a sentence"]])
@@ -286,6 +290,8 @@ def test_a_sweeps_folder_gives_its_best_dev_seed_per_task_by_the_glue_score(tmp_
     _scored_run(sweep / "c", "stsb", "vanilla", 0, {"dev": {"pearson": 0.90, "spearmanr": 0.50}})
     best_stsb = _scored_run(sweep / "d", "stsb", "vanilla", 1, {"dev": {"pearson": 0.80, "spearmanr": 0.80}})
     assert sorted(glue_submission.expand([sweep])) == sorted([best_sst2, best_stsb])
+    (sweep / "cut").mkdir()
+    (sweep / "cut" / "metrics.json").write_text('{"kind": "fine')  # a run killed while writing: skipped
     asa = _scored_run(sweep / "e", "sst2", "asa", 0, {"dev": {"accuracy": 0.60}})
     with pytest.raises(UsageError, match=r"several methods \(asa, vanilla\): pick one with --method"):
         glue_submission.expand([sweep])

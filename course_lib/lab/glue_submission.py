@@ -54,13 +54,13 @@ def best_runs(folder: Path, method: str | None = None) -> list[Path]:
     best seed, in a grid over seeds); its runs must be of one method, or `method` picks them."""
     found = []
     for path in sorted(folder.rglob(METRICS)):
-        saved = json.loads(path.read_text())
+        saved = _read_metrics(path)
         if saved.get("kind", "finetune") == "finetune" and saved.get("status") == "complete" and \
                 saved.get("task") in glue.GLUE_TASKS and (path.parent / WEIGHTS).is_file():
             found.append((path.parent, saved))
-    methods = sorted({saved["config"].get("method", "vanilla") for _, saved in found})
+    methods = sorted({saved.get("config", {}).get("method", "vanilla") for _, saved in found})
     if method is not None:
-        found = [(p, saved) for p, saved in found if saved["config"].get("method", "vanilla") == method]
+        found = [(p, saved) for p, saved in found if saved.get("config", {}).get("method", "vanilla") == method]
     elif len(methods) > 1:
         raise UsageError(f"{folder} holds GLUE runs of several methods ({', '.join(methods)}): pick one with "
                          f"--method")
@@ -74,6 +74,15 @@ def best_runs(folder: Path, method: str | None = None) -> list[Path]:
         if saved["task"] not in best or score > best[saved["task"]][0]:
             best[saved["task"]] = (score, path)
     return [path for _, path in best.values()]
+
+
+def _read_metrics(path: Path) -> dict:
+    """A run's metrics.json; one that is cut short or not ours reads as {} (no finished run), never a traceback."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return saved if isinstance(saved, dict) and isinstance(saved.get("config", {}), dict) else {}
 
 
 def expand(run_dirs: list, method: str | None = None) -> list[Path]:
@@ -111,11 +120,11 @@ def plan(run_dirs: list, fill_missing: str | None, glue_dir=None) -> Plan:
 def _finished_glue_task(folder: Path) -> str:
     if not (folder / METRICS).is_file() or not (folder / WEIGHTS).is_file():
         raise UsageError(f"{folder} holds no finished fine-tuning run ({METRICS} and {WEIGHTS})")
-    saved = json.loads((folder / METRICS).read_text())
+    saved = _read_metrics(folder / METRICS)
     if saved.get("status") != "complete" or saved.get("kind", "finetune") != "finetune":
         raise UsageError(f"{folder}: a {saved.get('kind', 'finetune')} run with status "
                          f"{saved.get('status')!r}, not a finished fine-tuning run")
-    task = str(saved.get("task") or saved["config"].get("task"))
+    task = str(saved.get("task") or saved.get("config", {}).get("task"))
     if task not in glue.GLUE_TASKS:
         raise UsageError(f"{folder}: a run of {task!r}, not a GLUE task (valid: {', '.join(glue.GLUE_TASKS)})")
     return task
