@@ -232,7 +232,7 @@ def _fake_run(folder: Path, task: str, status: str = "complete") -> Path:
     ("missing", "no run for CoLA, SST-2, MRPC"),
     ("no-index", "header lacks the column 'index'"),
     ("not-zip", "must name a .zip file"),
-    ("truncated", "status None, not a finished fine-tuning run"),
+    ("truncated", "holds no finished fine-tuning run"),
 ])
 def test_bad_input_is_one_line_exit_2_before_a_model_loads_and_nothing_is_written(case, message, runs, mini_glue,
                                                                                   tmp_path, monkeypatch, capsys):

@@ -31,7 +31,8 @@ from course_lib.errors import Parser, UsageError, report_errors
 from course_lib.repro import METRICS, WEIGHTS, atomic_write
 from course_lib.tasks import glue
 from course_lib.tasks.glue_score import glue_score
-from course_lib.tasks.glue_test_splits import TEST_SPLITS, GlueTestSplit, UnlabelledRows, read_test
+from course_lib.tasks.glue_test_splits import (TEST_SPLITS, GlueTestSplit, UnlabelledRows, expected_indices,
+                                               read_test, splits_predicted_by)
 
 HEADER = "index\tprediction"
 MANIFEST = "manifest.json"
@@ -52,12 +53,8 @@ class Plan:
 def best_runs(folder: Path, method: str | None = None) -> list[Path]:
     """A folder of runs (a sweep's, a grid's) as its best finished run per GLUE task by the dev GLUE score (the
     best seed, in a grid over seeds); its runs must be of one method, or `method` picks them."""
-    found = []
-    for path in sorted(folder.rglob(METRICS)):
-        saved = _read_metrics(path)
-        if saved.get("kind", "finetune") == "finetune" and saved.get("status") == "complete" and \
-                saved.get("task") in glue.GLUE_TASKS and (path.parent / WEIGHTS).is_file():
-            found.append((path.parent, saved))
+    found = [(path.parent, _read_metrics(path)) for path in sorted(folder.rglob(METRICS))]
+    found = [(run, saved) for run, saved in found if _not_a_glue_run(run, saved) is None]
     methods = sorted({saved.get("config", {}).get("method", "vanilla") for _, saved in found})
     if method is not None:
         found = [(p, saved) for p, saved in found if saved.get("config", {}).get("method", "vanilla") == method]
@@ -117,17 +114,24 @@ def plan(run_dirs: list, fill_missing: str | None, glue_dir=None) -> Plan:
     return result
 
 
-def _finished_glue_task(folder: Path) -> str:
-    if not (folder / METRICS).is_file() or not (folder / WEIGHTS).is_file():
-        raise UsageError(f"{folder} holds no finished fine-tuning run ({METRICS} and {WEIGHTS})")
-    saved = _read_metrics(folder / METRICS)
+def _not_a_glue_run(folder: Path, saved: dict) -> str | None:
+    """Why the folder is no finished GLUE fine-tuning run, or None when it is one (saved: its metrics.json)."""
+    if not saved or not (folder / WEIGHTS).is_file():
+        return f"{folder} holds no finished fine-tuning run ({METRICS} and {WEIGHTS})"
     if saved.get("status") != "complete" or saved.get("kind", "finetune") != "finetune":
-        raise UsageError(f"{folder}: a {saved.get('kind', 'finetune')} run with status "
-                         f"{saved.get('status')!r}, not a finished fine-tuning run")
-    task = str(saved.get("task") or saved.get("config", {}).get("task"))
-    if task not in glue.GLUE_TASKS:
-        raise UsageError(f"{folder}: a run of {task!r}, not a GLUE task (valid: {', '.join(glue.GLUE_TASKS)})")
-    return task
+        return (f"{folder}: a {saved.get('kind', 'finetune')} run with status {saved.get('status')!r}, not a "
+                f"finished fine-tuning run")
+    if saved.get("task") not in glue.GLUE_TASKS:
+        return f"{folder}: a run of {saved.get('task')!r}, not a GLUE task (valid: {', '.join(glue.GLUE_TASKS)})"
+    return None
+
+
+def _finished_glue_task(folder: Path) -> str:
+    saved = _read_metrics(folder / METRICS)
+    problem = _not_a_glue_run(folder, saved)
+    if problem is not None:
+        raise UsageError(problem)
+    return saved["task"]
 
 
 def _if_readable(split: GlueTestSplit, glue_dir) -> UnlabelledRows | None:
@@ -200,13 +204,13 @@ def write_submission(run_dirs: list, to, fill_missing: str | None = None, glue_d
     todo = plan(expand(run_dirs, method), fill_missing, glue_dir)
     files, entries = {}, {}
     for task, folder in todo.runs.items():
-        names = [n for n, s in TEST_SPLITS.items() if s.task == task]
-        for name, values in predict_rows(folder, names, todo.tests, batch_size).items():
+        for name, values in predict_rows(folder, splits_predicted_by(task), todo.tests, batch_size).items():
             files[name] = tsv_text(todo.tests[name].indices, values)
             entries[name] = run_entry(folder, todo.tests[name])
-    for name, split in TEST_SPLITS.items():
-        if split.task in todo.filled:
-            files[name], entries[name] = _filled(split, todo.tests[name], glue_dir)
+    for task in todo.filled:
+        value, why = fill_value(glue.GLUE_TASKS[task], glue_dir)  # once per task: MNLI's fills its three files
+        for name in splits_predicted_by(task):
+            files[name], entries[name] = _filled(TEST_SPLITS[name], todo.tests[name], value, why)
     stand_ins = [name for name, rows in todo.tests.items() if rows is not None and rows.stand_in]
     manifest = {"written_by": "python -m course_lib glue-submission", "project_commit": project_commit(),
                 "for_leaderboard": not stand_ins, "filled": [glue.GLUE_TASKS[t].folder for t in todo.filled],
@@ -215,9 +219,8 @@ def write_submission(run_dirs: list, to, fill_missing: str | None = None, glue_d
     return manifest
 
 
-def _filled(split: GlueTestSplit, rows: UnlabelledRows | None, glue_dir) -> tuple[str, dict]:
-    value, why = fill_value(split.glue_task, glue_dir)
-    indices = rows.indices if rows is not None else list(range(split.rows))
+def _filled(split: GlueTestSplit, rows: UnlabelledRows | None, value: str, why: str) -> tuple[str, dict]:
+    indices = expected_indices(split, rows)
     origin = rows.origin if rows is not None else f"GLUE's release: {split.rows} rows numbered from 0"
     return tsv_text(indices, [value] * len(indices)), {"from": "fill", "value": value, "why": why,
                                                        "test_rows": origin, "rows": len(indices)}
@@ -284,8 +287,7 @@ def _file_problems(name: str, data: bytes, split: GlueTestSplit, glue_dir) -> li
         return [f"{name}: not UTF-8 text"]
     if not lines or lines[0] != HEADER:
         return [f"{name}: header {lines[0] if lines else ''!r}, expected {HEADER!r}"]
-    rows = _if_readable(split, glue_dir)
-    expected = rows.indices if rows is not None else list(range(split.rows))
+    expected = expected_indices(split, _if_readable(split, glue_dir))
     if len(lines) - 1 != len(expected):
         return [f"{name}: {len(lines) - 1} rows, expected {len(expected)} (the test split's rows)"]
     for line_no, (line, index) in enumerate(zip(lines[1:], expected), start=2):

@@ -22,7 +22,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_lib.errors import UsageError, find_named
+from course_lib.errors import UsageError
 from course_lib.tasks import glue, local_data
 from course_lib.tasks.sentence import Example
 
@@ -64,13 +64,9 @@ TEST_SPLITS: dict[str, GlueTestSplit] = {f.name: f for f in (
 )}
 
 
-def splits_predicted_by(task: str) -> list[GlueTestSplit]:
+def splits_predicted_by(task: str) -> list[str]:
     """The files a run of `task` predicts: its own test split; MNLI's two halves and AX."""
-    return [f for f in TEST_SPLITS.values() if f.task == glue.get_task(task).name]
-
-
-def get_test_split(name: str) -> GlueTestSplit:
-    return find_named("GLUE test split", name, TEST_SPLITS)
+    return [name for name, split in TEST_SPLITS.items() if split.task == glue.get_task(task).name]
 
 
 @dataclass(frozen=True)
@@ -83,13 +79,19 @@ class UnlabelledRows:
     stand_in: bool = False
 
 
+def expected_indices(split: GlueTestSplit, rows: UnlabelledRows | None) -> list[int]:
+    """The index column a submission must repeat: the split's as read, else (not readable here) the release's
+    row count numbered from 0, as every GLUE test file is."""
+    return rows.indices if rows is not None else list(range(split.rows))
+
+
 def read_test(test: GlueTestSplit, glue_dir=None) -> UnlabelledRows:
     """The split from the user's GLUE folder, else a stand-in from the shipped dev file, else the hub; one line
     saying what to give when none of them has it."""
     chosen = local_data.env_folder("GLUE_DIR", glue_dir)
     if chosen is not None:
         return _read_tsv(_find_in(Path(chosen).expanduser(), test), test)
-    shipped = next((p for p in map(lambda r: local_data.shipped_file("GLUE_DIR", r), test.paths) if p), None)
+    shipped = next(filter(None, (local_data.shipped_file("GLUE_DIR", path) for path in test.paths)), None)
     if shipped is not None:
         return _read_tsv(shipped, test)
     if test.dev_split is not None and local_data.shipped_file("GLUE_DIR", f"{test.glue_task.folder}/dev.tsv"):
