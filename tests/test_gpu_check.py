@@ -17,18 +17,30 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.slow
 def test_gpu_check_runs_end_to_end_on_cpu(tmp_path):
-    env = {**os.environ, "PYTHON": sys.executable}
+    """As on a GPU image, which lacks the default model's package: a module of that name with no folder
+    hides it, so every notebook must take its tokenizer from the preset's model, not the package."""
+    from course_lib.model.weights import DEFAULT_MODEL_PACKAGE
+
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / f"{DEFAULT_MODEL_PACKAGE}.py").write_text("")  # a plain module: no model folder inside
+    env = {**os.environ, "PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join([str(hide), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     env.pop("GLUE_DIR", None)  # the check makes its own data
     done = subprocess.run(["bash", str(ROOT / "ci" / "gpu_check.sh"), "--device", "cpu", "--size", "tiny",
                            "--work-dir", str(tmp_path)], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((tmp_path / "report.json").read_text())
+    from course_lib.model.weights import default_model_dir
+
+    packaged = (default_model_dir() / "vocab.txt").read_text().split()  # visible here, hidden from the check
+    assert (tmp_path / "bert-tiny-random" / "vocab.txt").read_text().split() != packaged  # so it made its own
     assert results["parity"]["passed"] and results["parity"]["fp32_hidden_max_abs_diff"] < 1e-4
     assert {case["seq_len"] for case in results["throughput"]["cases"]} == {64}
     assert all(run["finite"] for run in results["methods"]["runs"].values())
     assert set(results["methods"]["runs"]) >= {"vanilla", "ssaf", "asa", "ssa-co", "pretrain ag"}
     assert set(results["notebooks"]["runs"]) == set(notebook_names())
-    assert all(run["passed"] for run in results["notebooks"]["runs"].values()), results["notebooks"]
+    assert all(run["passed"] for run in results["notebooks"]["runs"].values()), results["notebooks"]  # 01: 'funny'
     assert "skipped" in results["multi_gpu"]
     loop = results["loop"]
     assert loop["data"] == "shipped SST-2" and [case["compile"] for case in loop["cases"]] == ["off"]
@@ -74,3 +86,31 @@ def test_generated_glue_reads_back_through_the_glue_reader(tmp_path):
             examples = glue.load_split(task, split, folder)
             assert len(examples) == (10 if split == "train" else 5)
             assert all(len(ex.texts) == len(task.text_columns) for ex in examples)
+
+
+def test_generated_vocabulary_keeps_the_shipped_words_whole(monkeypatch):
+    """Without the packaged vocabulary, real sentences must not be cut letter by letter: the loop's padded
+    lengths would be those of another tokenizer, and notebook 01's check of the word 'funny' would find no token."""
+    import transformers
+
+    from course_lib.errors import UsageError
+    from course_lib.model import weights
+
+    def absent():
+        raise UsageError("no package")
+    monkeypatch.setattr(weights, "default_model_dir", absent)
+    words = gpu_check.vocabulary(30522)
+    assert len(words) == 30522 and len(set(words)) == 30522 and words[:5] == gpu_check.SPECIALS
+    tokenizer = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(words)}, do_lower_case=True)
+    sentence = "a funny and warm story about two brothers who never quite grow up"
+    assert tokenizer.tokenize(sentence) == sentence.split()
+
+
+def test_loop_compile_settings_are_checked_before_any_work():
+    from course_lib.errors import UsageError
+
+    assert gpu_check.parse_args(["--device", "cpu", "--loop-compile", "off, default"]).loop_compile == ("off", "default")
+    assert gpu_check.parse_args(["--device", "cpu"]).loop_compile is None  # the section's own choice
+    for bad, says in (("fast", "valid: default, graphs, off"), ("graphs", "needs --device cuda")):
+        with pytest.raises(UsageError, match=says):
+            gpu_check.parse_args(["--device", "cpu", "--loop-compile", bad])

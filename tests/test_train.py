@@ -245,3 +245,18 @@ def test_a_skipped_step_is_left_out_of_the_epochs_mean_loss(tiny_model_dir, keyw
     epoch = result["history"][0]
     assert epoch["train_loss"] == pytest.approx(sum(taken) / len(taken), rel=1e-6)
     assert epoch["masked_fraction"] == pytest.approx(torch.tensor(cut, dtype=torch.float64).mean(0).tolist(), rel=1e-6)
+
+
+def test_one_process_runs_bf16_then_full_precision(tiny_model_dir, keyword_glue, tmp_path):
+    """A notebook's kernel may run a bf16 fine-tune and then an fp32 one (the GPU check's methods, then notebook
+    00's paper preset): accelerate's process-wide state refused the second until the loop cleared it."""
+    precisions = []
+    for mixed in ("bf16", "no"):
+        cfg = FinetuneConfig.from_dict({"task": "sst2", "model": str(tiny_model_dir), "glue_dir": str(keyword_glue),
+                                        "output_dir": str(tmp_path / mixed), "epochs": 1, "batch_size": 16,
+                                        "max_len": 32, "max_train_samples": 32, "mixed_precision": mixed})
+        finetune(cfg)
+        precisions.append(json.loads((tmp_path / mixed / "metrics.json").read_text())["config"]["mixed_precision"])
+    from accelerate.state import AcceleratorState
+
+    assert precisions == ["bf16", "no"] and AcceleratorState().mixed_precision == "no"

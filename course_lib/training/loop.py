@@ -234,10 +234,26 @@ def unlock_run_folder(out: Path) -> None:
         os.close(fd)  # closing the descriptor releases the lock
 
 
+def allow_new_precision(mixed_precision: str) -> None:
+    """Let a second run in the same process (a notebook's kernel) use another mixed precision than the first.
+
+    accelerate keeps one state per process and refuses to change its precision once set (a bf16 run followed
+    by an fp32 one raised "AcceleratorState has already been initialized"). In a single process nothing else
+    holds that state, so it is cleared (accelerate's `_reset_state`, as its own tests do between cases); the
+    process group (`PartialState`) is kept. Under a multi-process launch the launcher sets the precision.
+    """
+    from accelerate.state import AcceleratorState, PartialState
+
+    current = AcceleratorState._shared_state.get("_mixed_precision")
+    if current is not None and current != mixed_precision and PartialState().num_processes == 1:
+        AcceleratorState._reset_state()
+
+
 def open_run(cfg, out: Path, command: str | None = None) -> Accelerator:
     """The checks and set-up before data or model: the folder is writable, and the accelerator; `command` names
     a loop that runs in one process only (launched in more, it refuses)."""
     check_writable_dir(out)  # here, not at the first checkpoint an epoch later
+    allow_new_precision(cfg.mixed_precision)
     accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision,
                               log_with=log_with(getattr(cfg, "report_to", "none"), out), project_dir=str(out))
     if command is not None and accelerator.num_processes > 1:

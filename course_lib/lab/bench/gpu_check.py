@@ -41,6 +41,7 @@ import torch
 from course_lib.lab.bench.gpu_loop import loop_section, synchronize
 from course_lib.errors import Parser, UsageError, choice_error, report_errors
 from course_lib.repro import atomic_write
+from course_lib.training.config import COMPILE
 
 SHAPES = {  # Hugging Face config fields; base is bert-base-uncased's shape
     "base": dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
@@ -71,7 +72,9 @@ def vocabulary(size: int) -> list[str]:
     """A WordPiece vocabulary of exactly `size` entries: the packaged MiniLM's when it fits, else generated.
 
     The generated one holds the generated corpus's words and every letter (whole and as '##' pieces), so
-    the corpus tokenises without [UNK]; the rest is filled with [unusedN] as BERT's own vocabulary is.
+    the corpus tokenises without [UNK], then the shipped data's most frequent words, so real sentences are cut
+    about as BERT's own vocabulary cuts them (not letter by letter) and a notebook's check on a word ('funny')
+    finds it whole; the rest is filled with [unusedN] as BERT's own vocabulary is.
     """
     from course_lib.model.weights import default_model_dir
 
@@ -86,7 +89,23 @@ def vocabulary(size: int) -> list[str]:
     words = list(dict.fromkeys(SPECIALS + letters + ["##" + c for c in letters] + list(".,'!?-") + found))
     if len(words) > size:
         raise UsageError(f"a vocabulary of {size} entries cannot hold the {len(words)} generated tokens")
+    known = set(words)
+    words += [w for w in shipped_words() if w not in known][:size - len(words)]
     return words + [f"[unused{i}]" for i in range(size - len(words))]
+
+
+def shipped_words() -> list[str]:
+    """The words of the GLUE sentences data/ ships, most frequent first (none when the folder is absent)."""
+    import collections
+    import re
+
+    from course_lib.tasks.local_data import shipped_folder
+
+    counts = collections.Counter()
+    folder = shipped_folder("GLUE_DIR")
+    for path in sorted(folder.glob("*/*.tsv")) if folder is not None else []:
+        counts.update(re.findall(r"[a-z]+|[0-9]+", path.read_text(encoding="utf-8").lower()))
+    return [w for w, _ in counts.most_common()]
 
 
 def make_random_model(folder: Path, shape: str, seed: int = 0) -> Path:
@@ -284,15 +303,17 @@ def _finite_pretrain(result: dict) -> bool:
     return bool(losses) and all(torch.isfinite(torch.tensor(float(v))) for v in losses)
 
 
-def one_run(run, describe) -> dict:
+def one_run(name: str, run, describe) -> dict:
     """A row of the methods section: what `describe` says of the run's result and its seconds, or its error
-    (one method failing leaves the others' rows)."""
+    (one method failing leaves the others' rows); printed at once, so a timed-out check still shows it."""
     started = time.perf_counter()
     try:
         row = describe(run())
     except Exception as err:  # noqa: BLE001 - the report names it; the section fails
         row = {"finite": False, "error": f"{type(err).__name__}: {str(err)[:300]}"}
-    return {**row, "seconds": round(time.perf_counter() - started, 1)}
+    row["seconds"] = round(time.perf_counter() - started, 1)
+    print(f"methods: {name} {row}", flush=True)
+    return row
 
 
 def small_corpus(glue_dir: Path, path: Path, num_lines: int = 4000) -> str:
@@ -322,7 +343,7 @@ def methods(model_dir: Path, glue_dir: Path, work: Path, shape: str, device) -> 
                              output_dir=str(work / "methods" / method), max_train_samples=3 * batch,
                              max_eval_samples=32, epochs=2, max_len=128, batch_size=batch,
                              mixed_precision=precision, lr=2e-5)
-        rows[method] = one_run(lambda: finetune(cfg), lambda result: {
+        rows[method] = one_run(method, lambda: finetune(cfg), lambda result: {
             "finite": _finite_history(result["history"], "train_loss"),
             "train_loss": [round(h["train_loss"], 4) for h in result["history"]]})
     size, corpus = SHAPES[shape], small_corpus(glue_dir, work / "pretrain" / "corpus.txt")
@@ -333,7 +354,7 @@ def methods(model_dir: Path, glue_dir: Path, work: Path, shape: str, device) -> 
                              num_hidden_layers=size["num_hidden_layers"], hidden_size=size["hidden_size"],
                              num_attention_heads=max(size["num_attention_heads"], 8) if shape == "tiny" else 12,
                              intermediate_size=size["intermediate_size"], mixed_precision=precision)
-        rows[f"pretrain {method}"] = one_run(lambda: pretrain(cfg), lambda result: {
+        rows[f"pretrain {method}"] = one_run(f"pretrain {method}", lambda: pretrain(cfg), lambda result: {
             "finite": _finite_pretrain(result)})
     return {"precision": precision, "runs": rows, "passed": all(r["finite"] for r in rows.values())}
 
@@ -350,7 +371,7 @@ def shrink_paper_preset(name: str, model_dir: Path, work: Path, shape: str, comp
 
     params = load_preset(name, "paper")
     small = {"max_train_samples": 64, "max_eval_samples": 32, "max_steps": 4, "eval_every": 2,
-             "probe_sentences": 16, "model": str(model_dir), "output_dir": str(work / "notebooks" / name),
+             "probe_sentences": 16, "model": str(model_dir), "tokenizer": str(model_dir), "output_dir": str(work / "notebooks" / name),
              "runs_dir": str(work / "notebooks"), "squad_split": "articles",  # offline: SQUAD_DIR's dev file or skip
              "squad_train_questions": 32, "squad_eval_questions": 16, "squad_epochs": 1,
              "corpus_lines": 8000}  # notebook 04: a few steps read a fraction of the 180k GLUE sentences
@@ -418,6 +439,7 @@ def notebooks(model_dir: Path, work: Path, shape: str, compile: str = "off") -> 
                      if f.filename.startswith(name)]
             rows[name] = {"passed": False, "error": f"{type(err).__name__}: {str(err)[:300]}",
                           "where": where[-1] if where else None}
+        print(f"notebooks: {name} {rows[name]}", flush=True)  # a timed-out check still shows those it ran
     return {"compile": compile, "runs": rows, "passed": all(r["passed"] for r in rows.values())}
 
 
@@ -482,6 +504,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--notebook-compile", choices=["off", "preset"], default="off",
                         help="the notebooks section's compile setting: off (a few steps each, no compile time) or "
                              "the paper presets' own (graphs), which costs a compilation per run")
+    parser.add_argument("--loop-compile", default=None,
+                        help="the loop section's compile settings, a comma list of off, default, graphs (default: all "
+                             "three on a GPU; a lease too short for every compilation can measure one)")
     parser.add_argument("--work-dir", default="runs/gpu_check", help="random model, generated data, run folders")
     parser.add_argument("--report", default=None, help="markdown report (default: WORK_DIR/report.md)")
     args = parser.parse_strict(argv)
@@ -490,6 +515,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for section in args.sections:
         if section not in SECTIONS:
             raise choice_error("section", section, SECTIONS)
+    args.loop_compile = tuple(m.strip() for m in args.loop_compile.split(",") if m.strip()) if args.loop_compile \
+        else None
+    for mode in args.loop_compile or ():
+        if mode not in COMPILE:
+            raise choice_error("loop compile setting", mode, COMPILE)
+        if mode == "graphs" and args.device != "cuda":
+            raise UsageError("--loop-compile graphs needs --device cuda: CUDA graphs run on GPUs only "
+                             "(valid here: off, default)")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda, but torch sees no CUDA device (valid here: cpu)")
     return args
@@ -514,7 +547,7 @@ def run_checks(args: argparse.Namespace, argv: list[str] | None) -> int:
              "methods": lambda: methods(model_dir, glue_dir, work, args.size, device),
              "notebooks": lambda: notebooks(model_dir, work, args.size, args.notebook_compile),
              "multi_gpu": lambda: multi_gpu(model_dir, glue_dir, work),
-             "loop": lambda: loop_section(model_dir, glue_dir, work, device, args.size)}
+             "loop": lambda: loop_section(model_dir, glue_dir, work, device, args.size, args.loop_compile)}
     results = {"command": "python -m course_lib gpu-check " + " ".join(sys.argv[1:] if argv is None else argv),
                "shape": {"size": args.size, **SHAPES[args.size]}, "environment": environment(device)}
     for section in args.sections:

@@ -184,12 +184,14 @@ def sst2_folder(generated: Path) -> tuple[Path, str]:
     return generated, "generated sentences"
 
 
-def loop_section(model_dir: Path, generated_glue: Path, work: Path, device, shape_name: str) -> dict:
-    """Every compile setting's step alone and loop; Hugging Face's steps; shares of the measured matmul rate."""
+def loop_section(model_dir: Path, generated_glue: Path, work: Path, device, shape_name: str,
+                 modes: tuple[str, ...] | None = None) -> dict:
+    """Each compile setting's step alone and loop (default: all three on a GPU, `off` on a CPU); Hugging Face's
+    steps; shares of the measured matmul rate. The large batch runs under the last setting."""
     from course_lib.model.weights import read_model_config
 
     on_gpu = device.type == "cuda"
-    modes = ("off", "default", "graphs") if on_gpu else ("off",)
+    modes = modes or (("off", "default", "graphs") if on_gpu else ("off",))
     steps, loop_steps = (50, 300) if on_gpu else (3, 4)
     config = read_model_config(model_dir)
     rate = matmul_rate(device, 8192 if on_gpu else 512)
@@ -204,6 +206,7 @@ def loop_section(model_dir: Path, generated_glue: Path, work: Path, device, shap
                       "loop_ms": round(1e3 * looped, 2), "loop_over_step_alone": round(alone / looped, 3),
                       "step_share_of_matmul_rate": round(step_flops(config, PAPER_SHAPE[0], tokens) / alone / 1e12
                                                          / rate, 3)})
+        print(f"loop: {cases[-1]}", flush=True)  # a timed-out check still shows the settings it finished
     plain = sst2_batches(glue_dir, model_dir, steps, graphs=False)
     hf = {"eager_ms": round(1e3 * hf_step_seconds(model_dir, device, False, plain, steps), 2)}
     if on_gpu:
