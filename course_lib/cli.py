@@ -23,7 +23,7 @@ from course_lib.fast.allocator import keep_freed_memory, memory_mode
 COMMANDS = {  # the commands with a parser of their own: `python -m course_lib NAME ARGS` runs NAME's main(ARGS)
     "notebooks": ("course_lib.lab.notebooks",
                   "run a notebook with a preset and --set overrides (papermill), or list them"),
-    "sweep": ("course_lib.lab.sweep", "run a YAML grid of fine-tuning runs or notebooks, one process each, "
+    "sweep": ("course_lib.lab.sweep_cli", "run a YAML grid of fine-tuning runs or notebooks, one process each, "
                                               "resumable"),
     "collect": ("course_lib.lab.collect", "one table of dev-set results (mean ± sd over seeds) from the "
                                                   "finished runs in a folder"),

@@ -15,7 +15,7 @@ from course_lib import cli
 from course_lib.training import multitask
 from course_lib.training import pretrain
 from course_lib import repro
-from course_lib.lab import sweep
+from course_lib.lab import sweep, sweep_cli
 from course_lib.training import finetune as train
 from course_lib.training.config import FinetuneConfig
 from course_lib.errors import UsageError
@@ -46,7 +46,7 @@ def run_entry_point(name: str, out: Path, model_dir: Path, glue_dir: Path, tmp_p
     if name == "sweep":
         grid = tmp_path / "grid.yaml"
         grid.write_text(yaml.safe_dump({"command": "finetune", "base": shared, "grid": {"seed": [0]}}))
-        return sweep.main([str(grid), "--output-dir", str(out)])
+        return sweep_cli.main([str(grid), "--output-dir", str(out)])
     if name == "pretrain":
         corpus = tmp_path / "corpus.txt"
         corpus.write_text("the cat sees the dog .\n" * 50)

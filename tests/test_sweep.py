@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from course_lib.lab import collect
-from course_lib.lab import sweep
+from course_lib.lab import sweep, sweep_cli
 from course_lib.cli import build_parser
 from course_lib.methods.asa import ASAOptions
 from course_lib.training.config import FinetuneConfig
@@ -83,7 +83,7 @@ def test_sigkill_failure_and_reruns_never_redo_a_finished_run(tmp_path, tiny_bas
     finished = _stamp(first)
 
     # 2. Rerun: the finished run is skipped, the killed one completes, the NaN run fails and is recorded.
-    assert sweep.main(args) == 1
+    assert sweep_cli.main(args) == 1
     printed = capsys.readouterr().out
     assert _stamp(first) == finished
     assert "1 complete, 1 failed, 1 skipped" in printed
@@ -103,28 +103,28 @@ def test_sigkill_failure_and_reruns_never_redo_a_finished_run(tmp_path, tiny_bas
     assert "1e+30" not in (out / "results.md").read_text()
     assert not list(out.rglob(".*.tmp")), "a temporary file was left behind"
 
-    assert sweep.main([*args, "--dry-run"]) == 0
+    assert sweep_cli.main([*args, "--dry-run"]) == 0
     listed = capsys.readouterr().out
     assert "complete  lr=0.001" in listed and "failed    lr=1e+30" in listed
     assert "3 runs: 2 complete, 1 failed, 0 todo" in listed
 
     # 3. Rerun: complete runs are not executed again, the failed one is retried.
     finished = {f: _stamp(f) for f in (first, second)}
-    assert sweep.main(args) == 1
+    assert sweep_cli.main(args) == 1
     assert "0 complete, 1 failed, 2 skipped" in capsys.readouterr().out
     assert {f: _stamp(f) for f in (first, second)} == finished
     assert read_json(bad / "run.json")["attempt"] == 2
     assert "=== attempt 2" in (bad / "log.txt").read_text()
 
     # 4. --no-retry-failed runs nothing.
-    assert sweep.main([*args, "--no-retry-failed"]) == 1
+    assert sweep_cli.main([*args, "--no-retry-failed"]) == 1
     assert "1 failed and not retried" in capsys.readouterr().out
     assert read_json(bad / "run.json")["attempt"] == 2
 
 
 def test_a_run_past_its_timeout_is_killed_and_recorded_as_failed(tmp_path, tiny_base, capsys):
     grid = write_grid(tmp_path / "grid.yaml", {"seed": [0]}, **tiny_base)
-    assert sweep.main([str(grid), "--output-dir", str(tmp_path / "runs"), "--timeout", "0.5"]) == 1
+    assert sweep_cli.main([str(grid), "--output-dir", str(tmp_path / "runs"), "--timeout", "0.5"]) == 1
     record = read_json(tmp_path / "runs" / "seed=0" / "run.json")
     assert record["status"] == "failed" and record["exit_code"] == -signal.SIGKILL
     assert sweep.one_line(record["error"]) == "timed out after 0.5 s and was killed; the same command resumes it"
@@ -139,11 +139,11 @@ def test_shards_split_the_grid_and_dry_run_runs_nothing(tmp_path, capsys):
     assert everything[3] == "task=rte,seed=0"  # the file's order, its first list outermost
     parts = []
     for i in range(4):
-        assert sweep.main([str(grid), "--output-dir", str(out), "--shard", f"{i}/4", "--dry-run"]) == 0
+        assert sweep_cli.main([str(grid), "--output-dir", str(out), "--shard", f"{i}/4", "--dry-run"]) == 0
         parts.append([line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("todo")])
     assert sorted(name for part in parts for name in part) == sorted(everything)  # disjoint, and the union
     assert [len(part) for part in parts] == [3, 2, 2, 2]
-    assert sweep.main([str(grid), "--output-dir", str(out), "--dry-run"]) == 0
+    assert sweep_cli.main([str(grid), "--output-dir", str(out), "--dry-run"]) == 0
     assert "9 runs: 0 complete, 0 failed, 9 todo" in capsys.readouterr().out
     assert not out.exists(), "a dry run must not write anything"
 
@@ -174,7 +174,7 @@ def test_exclude_leaves_a_methods_runs_on_one_task_out_and_a_bad_rule_is_one_lin
     for rule, message in (({"task": "cola", "method": "ssaf"}, "task='cola' is not in the grid (valid: sst2, rte)"),
                           ({"lr": 1.0}, "lr=1.0 is not in the grid (valid: grid keys: method, task, seed)")):
         grid.write_text(yaml.safe_dump({**raw, "exclude": [rule]}, sort_keys=False))
-        assert sweep.main([str(grid), "--dry-run"]) == 2
+        assert sweep_cli.main([str(grid), "--dry-run"]) == 2
         err = capsys.readouterr().err
         assert message in err and err.strip().count("\n") == 0
 
@@ -249,7 +249,7 @@ def test_the_demo_grid_points_notebook_06_at_the_demos_own_runs(tmp_path):
 ])
 def test_bad_grid_file_is_one_line_and_exit_2(tmp_path, capsys, text, message):
     (tmp_path / "grid.yaml").write_text(text)
-    assert sweep.main([str(tmp_path / "grid.yaml"), "--dry-run", "--output-dir", str(tmp_path / "runs")]) == 2
+    assert sweep_cli.main([str(tmp_path / "grid.yaml"), "--dry-run", "--output-dir", str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err
     assert err.strip().count("\n") == 0
@@ -259,11 +259,11 @@ def test_bad_grid_file_is_one_line_and_exit_2(tmp_path, capsys, text, message):
     (["--shard", "4/4"], "--shard must be I/N with 0 <= I < N (0-based"),
     (["--shard", "1"], "--shard must be I/N"),
     (["--timeout", "0"], "--timeout must be > 0 seconds, got 0"),
-    (["--frobnicate"], "unknown option '--frobnicate' (valid: --dry-run, "),
+    (["--frobnicate"], "unknown option '--frobnicate' (valid: --array-parallelism, "),
 ])
 def test_bad_options_are_one_line_and_exit_2(tmp_path, capsys, args, message):
     grid = write_grid(tmp_path / "grid.yaml", {"seed": [0]})
-    assert sweep.main([str(grid), "--dry-run", *args]) == 2
+    assert sweep_cli.main([str(grid), "--dry-run", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and err.strip().count("\n") == 0
 
@@ -279,7 +279,7 @@ def test_a_changed_grid_refuses_old_run_folders_and_the_exit_code_is_2(tmp_path,
     assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
     # Fields the old metrics.json lacks (added to FinetuneConfig since) count as their defaults.
     write_grid(grid, {"seed": [0]}, epochs=1)
-    assert sweep.main([str(grid), "--output-dir", str(out), "--dry-run"]) == 0
+    assert sweep_cli.main([str(grid), "--output-dir", str(out), "--dry-run"]) == 0
     assert "complete  seed=0" in capsys.readouterr().out
 
 
@@ -336,11 +336,11 @@ def test_the_sweep_summary_line_carries_a_runs_warnings(tmp_path):
     """A run that learnt nothing is complete, but its line in the sweep's output says what its metrics.json says."""
     run = sweep.Run("seed=0", FinetuneConfig(output_dir=str(tmp_path / "seed=0")))
     write_metrics(run.folder, "mrpc", {"dev": {"accuracy": 0.665, "f1": 0.799}})
-    assert sweep._dev_summary(run) == "dev accuracy 0.6650, dev f1 0.7990"
+    assert sweep.dev_summary(run) == "dev accuracy 0.6650, dev f1 0.7990"
     metrics = json.loads((run.folder / "metrics.json").read_text())
     line = "mrpc dev: all 408 predictions are class 1: the scores are those of a constant guess"
     (run.folder / "metrics.json").write_text(json.dumps({**metrics, "warnings": [line]}))
-    assert sweep._dev_summary(run) == f"dev accuracy 0.6650, dev f1 0.7990  (warning: {line})"
+    assert sweep.dev_summary(run) == f"dev accuracy 0.6650, dev f1 0.7990  (warning: {line})"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -25,13 +25,13 @@ and a run folder is locked while its child lives (POSIX `flock` on its `.lock` f
 sweep at any moment, even with SIGKILL, loses at most the unfinished part of one run. On Linux a child
 dies with the sweep.
 
-`--shard I/N` (0-based, 0 <= I < N) takes every N-th run of the grid (in its order), starting at the I-th, so a
-Slurm array (`--array=0-3`, `--shard $SLURM_ARRAY_TASK_ID/4`) or one process per GPU splits the grid into
-disjoint parts that share one output folder. At the end `course_lib.lab.collect` tabulates the folder.
+`--shard I/N` (0-based, 0 <= I < N) takes every N-th run of the grid (in its order), starting at the I-th, so one
+process per GPU splits the grid into disjoint parts that share one output folder; on a Slurm cluster `--launcher
+slurm` submits the runs as a job array instead (docs/cluster.md). At the end `course_lib.lab.collect` tabulates
+the folder.
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import dataclasses
 import hashlib
@@ -55,7 +55,8 @@ import yaml
 from course_lib.lab.archive import archived_difference
 from course_lib.lab.collect import write_results
 from course_lib.training.config import FinetuneConfig
-from course_lib.errors import Parser, UsageError, report_errors, yaml_float_hint
+from course_lib.errors import PREEMPTED, UsageError, yaml_float_hint
+from course_lib.lab.slurm import ForwardedStop, task_job_id
 from course_lib.lab.notebooks import NotebookRun, every_notebook
 from course_lib.repro import (METRICS, atomic_write, check_writable_dir, lock_exclusive, progress,
                               read_json, remove_stale_temporaries, write_json)
@@ -79,11 +80,18 @@ class Run:
     def folder(self) -> Path:
         return Path(self.config.output_dir)
 
-    def command_line(self) -> list[str]:
-        """The child's argv; fields left at their default are not passed, so the line stays readable."""
+    def command_line(self, processes: int = 1) -> list[str]:
+        """The child's argv; fields left at their default are not passed, so the line stays readable. With
+        processes > 1 a fine-tuning run starts through accelerate's launcher, one process per GPU."""
         if isinstance(self.config, NotebookRun):
             return self.config.command_line()
         args = [sys.executable, "-m", "course_lib", "finetune"]
+        if processes > 1:
+            import torch  # imported here: the sweep itself never touches a device
+
+            device = [] if torch.cuda.is_available() else ["--cpu"]  # CPU processes where there is no GPU (tests)
+            args[1:2] = ["-m", "accelerate.commands.launch", "--num_processes", str(processes), "--num_machines",
+                         "1", *device, "--mixed_precision", self.config.mixed_precision, "--dynamo_backend", "no", "-m"]
         nested = [v for v in vars(self.config).values() if isinstance(v, Validated)]  # method's, family's options
         fields = [*dataclasses.fields(self.config), *(f for options in nested for f in dataclasses.fields(options))]
         defaults = {f.name: f.default for f in fields}
@@ -344,12 +352,14 @@ except (OSError, AttributeError):
     _PRCTL = None
 
 
-def execute(run: Run, lock_fd: int, timeout: float | None) -> dict:
-    """Run one child to its end; return the run.json record, also written to the run folder."""
+def execute(run: Run, lock_fd: int, timeout: float | None, stop: ForwardedStop | None = None,
+            processes: int = 1) -> dict:
+    """Run one child to its end; return the run.json record, also written to the run folder. `stop`: an array
+    task's signal forwarding (`slurm.ForwardedStop`), told the child's pid."""
     previous = read_json(run.folder / RUN)
-    argv = run.command_line()
+    argv = run.command_line(processes)
     record = {"name": run.name, "command": argv, "config": run.config.to_dict(), "host": socket.gethostname(),
-              "attempt": previous.get("attempt", 0) + 1, "started": _now()}
+              "attempt": previous.get("attempt", 0) + 1, "started": _now(), "job_id": task_job_id()}
     started = time.monotonic()
     with open(run.folder / LOG, "a", encoding="utf-8") as log:
         log.write(f"=== attempt {record['attempt']}, {record['started']}: {shlex.join(argv)}\n")
@@ -357,6 +367,10 @@ def execute(run: Run, lock_fd: int, timeout: float | None) -> dict:
         child = subprocess.Popen(argv, stdout=log, stderr=subprocess.PIPE, text=True, errors="replace",
                                  env={**os.environ, "PYTHONUNBUFFERED": "1"}, pass_fds=(lock_fd,),
                                  preexec_fn=_die_with_parent)
+        if stop is not None:
+            stop.child = child
+            if stop.received:  # a stop that came while the child was starting
+                child.send_signal(getattr(signal, stop.received))
         write_json(run.folder / RUN, {**record, "status": "running", "pid": child.pid})
         tail = collections.deque(maxlen=STDERR_LINES)
 
@@ -384,19 +398,26 @@ def execute(run: Run, lock_fd: int, timeout: float | None) -> dict:
         reader.join(10)
 
     complete = code == 0 and read_json(run.folder / METRICS).get("status") == "complete"
-    error = [line for line in tail if line]
-    if timed_out:
-        error.append(f"timed out after {timeout:g} s and was killed; the same command resumes it")
-    elif code < 0:
-        error.append(f"killed by signal {signal.Signals(-code).name}")
-    elif code == 0 and not complete:
-        error.append(f"exit code 0 but {METRICS} does not say complete")
-    elif not complete and not error:
-        error.append(f"exit code {code}")
-    record.update(status="complete" if complete else "failed", ended=_now(), exit_code=code,
+    said = [line for line in tail if line]
+    error = said + _ending(code, complete, timeout if timed_out else None, bool(said))
+    record.update(status="complete" if complete else "stopped" if code == PREEMPTED else "failed", ended=_now(),
+                  exit_code=code,
                   seconds=round(time.monotonic() - started, 1), error=None if complete else "\n".join(error))
     write_json(run.folder / RUN, record)
     return record
+
+
+def _ending(code: int, complete: bool, timed_out_after: float | None, said_why: bool) -> list[str]:
+    """The line run.json's error ends with: how the child ended, when its own stderr does not say it all."""
+    if timed_out_after is not None:
+        return [f"timed out after {timed_out_after:g} s and was killed; the same command resumes it"]
+    if code == PREEMPTED:
+        return ["stopped by a scheduler's signal with a checkpoint; the same command resumes it"]
+    if code < 0:
+        return [f"killed by signal {signal.Signals(-code).name}"]
+    if code == 0 and not complete:
+        return [f"exit code 0 but {METRICS} does not say complete"]
+    return [f"exit code {code}"] if not complete and not said_why else []
 
 
 def _mark_complete(run: Run) -> None:
@@ -415,7 +436,7 @@ def one_line(error: str | None) -> str:
     return lines[-1].strip() if lines else "no error message"
 
 
-def _dev_summary(run: Run) -> str:
+def dev_summary(run: Run) -> str:
     """The run's dev metrics in one line, with its warnings (all predictions one class, say) after them."""
     metrics = read_json(run.folder / METRICS)
     scores = ", ".join(f"{split} {name} {value:.4f}" for split, values in sorted(metrics.items())
@@ -484,13 +505,17 @@ def restore_from_archive(run: Run, archive: str | Path | None) -> bool:
     return True
 
 
+def default_output_dir(grid_file: str | Path, output_dir: str | Path | None) -> Path:
+    return Path(output_dir) if output_dir is not None else Path("runs/sweep") / Path(grid_file).stem
+
+
 def sweep(grid_file: str | Path, output_dir: str | Path | None = None, shard: tuple[int, int] = (0, 1),
           dry_run: bool = False, retry_failed: bool = True, timeout: float | None = None,
-          archive: str | Path | None = None) -> int:
+          archive: str | Path | None = None, processes: int = 1) -> int:
     """Run (or, with dry_run, list) this shard's runs; return the exit code: 0 when all are complete. With an
     archive folder, each complete run of the shard (finished now or before) is copied there (`archive_run`), and
     a run the archive holds but its folder does not is restored from it, not run again (`restore_from_archive`)."""
-    output_dir = Path(output_dir) if output_dir is not None else Path("runs/sweep") / Path(grid_file).stem
+    output_dir = default_output_dir(grid_file, output_dir)
     runs = load_grid(grid_file, output_dir)
     (index, count), mine = shard, runs[shard[0]::shard[1]]
     for run in mine:
@@ -526,11 +551,11 @@ def sweep(grid_file: str | Path, output_dir: str | Path | None = None, shard: tu
             elif run_status(run) == "complete":  # finished by another process since we looked
                 skipped.append(run)
             else:
-                record = execute(run, lock, timeout)
+                record = execute(run, lock, timeout, processes=processes)
                 if record["status"] == "complete":
                     complete.append(run)
                     archive_run(run, archive)
-                    bar.write(f"complete  {run.name}  ({record['seconds']:.0f} s)  {_dev_summary(run)}")
+                    bar.write(f"complete  {run.name}  ({record['seconds']:.0f} s)  {dev_summary(run)}")
                 else:
                     failed.append((run, record["error"]))
                     bar.write(f"failed    {run.name}  ({record['seconds']:.0f} s)  {one_line(record['error'])}")
@@ -544,29 +569,3 @@ def sweep(grid_file: str | Path, output_dir: str | Path | None = None, shard: tu
     csv_path, md_path, rows = write_results(output_dir)
     print(f"results of {len(rows)} complete runs: {md_path}, {csv_path}")
     return 1 if failed or busy else 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="python -m course_lib sweep", description=__doc__.splitlines()[0],
-                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                     epilog="\n".join(__doc__.splitlines()[2:]))
-    parser.add_argument("grid", metavar="GRID.yaml", help="the grid file: command, base, grid")
-    parser.add_argument("--output-dir", default=None, metavar="DIR",
-                        help="parent folder of the run folders (default: runs/sweep/<grid file name>)")
-    parser.add_argument("--shard", default="0/1", metavar="I/N", help="0-based: run only the I-th of N parts")
-    parser.add_argument("--dry-run", action="store_true", help="list the runs and their status; run nothing")
-    parser.add_argument("--retry-failed", action=argparse.BooleanOptionalAction, default=True,
-                        help="run failed runs again (default: yes)")
-    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                        help="kill a run after this long and record it as failed (it resumes next time)")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    def body() -> int:
-        args = build_parser().parse_strict(argv)
-        if args.timeout is not None and not args.timeout > 0:
-            raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
-        return sweep(args.grid, args.output_dir, parse_shard(args.shard), args.dry_run, args.retry_failed,
-                     args.timeout)
-    return report_errors(body, "finished runs are kept; run the same command to resume")
