@@ -158,6 +158,23 @@ def test_another_folders_identical_finished_run_is_copied_not_trained_and_a_chan
     assert len(trained) == 1 and changed["sst2", "vanilla", 0, ""]["config"]["lr"] == 2e-3  # any field differs: trains
 
 
+def test_a_data_file_written_into_each_folder_is_the_same_data_when_its_bytes_are(tmp_path, keyword_glue):
+    """Notebook 04 writes its corpus into its own output folder, so nbval's run and make demo's name different
+    files: the same bytes are the same data (read back), other bytes are not (trained)."""
+    from course_lib.training.config import PretrainConfig
+
+    text = (keyword_glue / "SST-2" / "train.tsv").read_text()
+    paths = {name: tmp_path / name / "corpus.txt" for name in ("nbval", "demo", "other")}
+    for name, path in paths.items():
+        path.parent.mkdir()
+        path.write_text(text if name != "other" else text + "one more line\n")
+    saved = PretrainConfig(corpus=str(paths["nbval"]), output_dir=str(tmp_path / "nbval" / "run")).to_dict()
+    matched = reuse.matching_config(saved, PretrainConfig(corpus=str(paths["demo"]), output_dir="x"))
+    assert matched == {**saved, "corpus": str(paths["demo"])}  # as the new run names it, so its own check agrees
+    assert reuse.matching_config(saved, PretrainConfig(corpus=str(paths["other"]), output_dir="x")) is None
+    assert reuse.matching_config(saved, PretrainConfig(corpus=str(paths["demo"]), max_steps=7, output_dir="x")) is None
+
+
 def test_dev_rows_of_a_multitask_run_give_each_task_and_overall():
     result = {"overall": 0.5, "dev": {"sst2": {"dev": {"accuracy": 0.75}}, "stsb": {"dev": {"pearson": 0.25}}}}
     rows = dev_rows({RunKey(None, None, 1, "SSA off"): result})

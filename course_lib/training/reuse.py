@@ -8,12 +8,13 @@ of the smoke presets would be trained twice, minutes apart, to the same numbers 
 default (where JupyterLab and nbval put their runs). A run whose own folder holds no metrics.json then looks
 there for a completed run whose saved configuration equals its own in every field but output_dir (the test
 `finished_run` applies to its own folder) and copies it: the weights as hard links where the filesystem allows,
-metrics.json rewritten to name its new folder. A run that differs in any field, a data path inside the other
-folder included, trains as before. Like every finished run, a copied one is only as current as the code that
+metrics.json rewritten to name its new folder. A run that differs in any field trains as before; a data file
+that each execution wrote into its own folder counts as the same where both hold the same bytes. Like every finished run, a copied one is only as current as the code that
 trained it: `make clean` (or deleting runs/) starts afresh.
 """
 from __future__ import annotations
 
+import filecmp
 import os
 import shutil
 from pathlib import Path
@@ -24,13 +25,32 @@ from course_lib.repro import METRICS, read_json, write_json
 FINISHED_RUNS_ENV = "ATTENTION_LAB_FINISHED_RUNS"  # a folder of finished runs to read back from, or unset
 
 
-def identical_finished_run(cfg, folder: Path) -> Path | None:
-    """The folder under `folder` of a completed run with cfg's configuration (output_dir aside), else None."""
+def same_file(a, b) -> bool:
+    """Two paths to files holding the same bytes."""
+    if not (isinstance(a, str) and isinstance(b, str) and Path(a).is_file() and Path(b).is_file()):
+        return False
+    return filecmp.cmp(a, b, shallow=False)
+
+
+def matching_config(saved: dict, cfg) -> dict | None:
+    """The saved config as cfg names it, when nothing but output_dir differs (`first_difference`) or a data file
+    each execution wrote into its own folder (notebook 03's SQuAD split, notebook 04's corpus) whose two copies
+    hold the same bytes: the same data. None when anything else differs."""
+    mine, key = cfg.to_dict(), first_difference(saved, cfg)
+    while key is not None and same_file(saved.get(key), mine[key]):
+        saved = {**saved, key: mine[key]}
+        key = first_difference(saved, cfg)
+    return saved if key is None else None
+
+
+def identical_finished_run(cfg, folder: Path) -> tuple[Path, dict] | None:
+    """A completed run under `folder` with cfg's configuration: its folder and its config as cfg names it."""
     for path in sorted(folder.rglob(METRICS)):
         saved = read_json(path)  # a notebook's own metrics.json has no config
-        if saved.get("status") == "complete" and isinstance(saved.get("config"), dict) \
-                and first_difference(saved["config"], cfg) is None:
-            return path.parent
+        if saved.get("status") == "complete" and isinstance(saved.get("config"), dict):
+            config = matching_config(saved["config"], cfg)
+            if config is not None:
+                return path.parent, config
     return None
 
 
@@ -41,15 +61,16 @@ def _link_or_copy(source: str, target: str) -> None:
         shutil.copy2(source, target)
 
 
-def copy_finished_run(donor: Path, out: Path) -> None:
+def copy_finished_run(donor: Path, out: Path, config: dict) -> None:
     """Copy donor's run into out (which must be missing or empty), all or nothing: into a temporary sibling,
-    then one rename. metrics.json is written anew, so the donor's own file (a hard link's target) never changes."""
+    then one rename. metrics.json is written anew with `config` (its data files named as the new run names them)
+    and the new folder, so the donor's own file (a hard link's target) never changes."""
     temporary = out.parent / f".{out.name}.copying"
     shutil.rmtree(temporary, ignore_errors=True)  # a copy cut short earlier
     shutil.copytree(donor, temporary, copy_function=_link_or_copy,
                     ignore=lambda _, names: [n for n in names if n.startswith(".") or n == METRICS])
     saved = read_json(donor / METRICS)
-    write_json(temporary / METRICS, {**saved, "config": {**saved["config"], "output_dir": str(out)}})
+    write_json(temporary / METRICS, {**saved, "config": {**config, "output_dir": str(out)}})
     if out.is_dir():
         out.rmdir()  # empty (the caller checked); a folder with files is never replaced
     os.rename(temporary, out)
@@ -62,10 +83,11 @@ def reuse_finished_run(out: Path, cfg) -> bool:
         return False
     if Path(folder).resolve() in (out.resolve(), *out.resolve().parents):
         return False  # the run's own folder, or one above it
-    donor = identical_finished_run(cfg, Path(folder))
-    if donor is None:
+    found = identical_finished_run(cfg, Path(folder))
+    if found is None:
         return False
+    donor, config = found
     out.parent.mkdir(parents=True, exist_ok=True)
-    copy_finished_run(donor, out)
+    copy_finished_run(donor, out, config)
     print(f"{out}: read back the identical finished run in {donor} (delete both folders to train afresh)")
     return True
