@@ -106,9 +106,9 @@ def test_submission_marks_runs_queued_and_status_follows_the_queue(tmp_path, tin
     grid = write_grid(tmp_path / "grid.yaml", {"seed": [0, 1]}, **tiny_base)
     out = tmp_path / "runs"
     args = [str(grid), "--output-dir", str(out)]
-    assert sweep_cli.main([*args, "--launcher", "slurm", "--sbatch-arg=--qos=high"]) == 0
+    assert sweep_cli.main([*args, "--launcher", "slurm", "--sbatch-arg", "--qos=high", "--sbatch-arg=-x"]) == 0
     sbatch = [line for line in fake_slurm.read_text().splitlines() if line.startswith("sbatch")]
-    assert len(sbatch) == 1 and "--qos=high" in sbatch[0]
+    assert len(sbatch) == 1 and sbatch[0].startswith("sbatch --parsable --qos=high -x ")
     jobs = [json.loads((out / f"seed={s}" / "run.json").read_text())["job_id"] for s in (0, 1)]
     assert jobs == ["4242_0", "4242_1"]
     monkeypatch.setenv("FAKE_QUEUE", "4242_0 RUNNING\\n4242_1 PENDING\\n")

@@ -4,6 +4,7 @@ run stands. The grid file and the folders are described in `lab/sweep.py`, Slurm
 from __future__ import annotations
 
 import argparse
+import sys
 
 from course_lib.errors import Parser, UsageError, report_errors
 from course_lib.lab import sweep, sweep_slurm
@@ -38,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     slurm.add_argument("--mem-per-run", metavar="SIZE", help="as sbatch's --mem: 16G, 4000M")
     slurm.add_argument("--array-parallelism", type=int, metavar="K", help="at most K tasks at once")
     slurm.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
-                       help="passed to sbatch as is; repeatable; write an option as --sbatch-arg=--qos=high")
+                       help="passed to sbatch as is (--sbatch-arg --qos=high); repeatable")
     slurm.add_argument("--wait", action="store_true", help="block until the array ends, then print the table")
     parser.add_argument("--run", metavar="NAME", help="only this run of the grid (what each array task runs)")
     return parser
@@ -58,9 +59,18 @@ def check_combination(args: argparse.Namespace) -> None:
         raise UsageError("--shard with --launcher slurm: the job array already gives each run its own task")
 
 
+def sbatch_values_attached(argv: list[str]) -> list[str]:
+    """The word after --sbatch-arg is its value even when it starts with '-' (`--sbatch-arg --qos=high`), which
+    argparse would read as an option of ours: attach it (`--sbatch-arg=--qos=high`)."""
+    out, words = [], iter(argv)
+    for word in words:
+        out.append(f"{word}={next(words, '')}" if word == "--sbatch-arg" else word)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     def body() -> int:
-        args = build_parser().parse_strict(argv)
+        args = build_parser().parse_strict(sbatch_values_attached(sys.argv[1:] if argv is None else argv))
         check_combination(args)
         if args.status:
             return sweep_slurm.show_status(args.grid, args.output_dir)
