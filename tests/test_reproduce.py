@@ -272,7 +272,7 @@ def test_the_archive_keeps_each_run_as_it_completes_even_when_the_sweep_is_kille
     grid = two_run_grid(tmp_path, tiny_model_dir, keyword_glue)
     finished = []
 
-    def execute(run, lock_fd, timeout):  # a run that completes at once, leaving the files a real one leaves
+    def execute(run, lock_fd, timeout, **_):  # a run that completes at once, leaving the files a real one leaves
         if finished and len(finished) == kill_after:
             raise KeyboardInterrupt  # the sweep is killed during this run
         (run.folder / "metrics.json").write_text(completed_metrics(run))
@@ -362,7 +362,7 @@ def test_a_fresh_clone_goes_on_from_the_committed_archive_without_training_its_r
     grid = two_run_grid(tmp_path, tiny_model_dir, keyword_glue)
     trained = []
 
-    def execute(run, lock_fd, timeout):  # a run that completes at once
+    def execute(run, lock_fd, timeout, **_):  # a run that completes at once
         (run.folder / "metrics.json").write_text(completed_metrics(run))
         trained.append(run.folder.name)
         return {"status": "complete", "seconds": 1.0}

@@ -179,3 +179,16 @@ def test_several_gpus_per_run_start_the_run_through_accelerate(tmp_path, tiny_ba
     for a, b in zip(one["history"], two["history"], strict=True):
         assert abs(a["train_loss"] - b["train_loss"]) < 1e-4
         assert abs(a["dev"]["accuracy"] - b["dev"]["accuracy"]) <= 1 / 32  # at most one of 32 dev examples
+
+
+def test_status_of_a_local_sweep_names_each_failure_by_its_logs_last_line(tmp_path, tiny_base, capsys):
+    grid = write_grid(tmp_path / "grid.yaml", {"lr": [0.001, 1e30]}, **{**tiny_base, "epochs": 1, "max_grad_norm": 0.0})
+    args = [str(grid), "--output-dir", str(tmp_path / "runs")]
+    assert sweep_cli.main(args) == 1  # lr 1e30: a non-finite loss stops that run
+    capsys.readouterr()
+    assert sweep_cli.main([*args, "--status"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    log = (tmp_path / "runs" / "lr=1e+30" / "log.txt").read_text().strip().splitlines()[-1].strip()
+    assert lines[0].split()[:3] == ["done", "-", "lr=0.001"]
+    assert lines[1].startswith("failed") and lines[1].endswith(log) and "loss is nan" in log
+    assert lines[-1].endswith("2 runs: 1 done, 1 failed")

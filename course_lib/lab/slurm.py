@@ -160,7 +160,7 @@ def queue_states() -> dict[str, str]:
     return dict(line.split(maxsplit=1) for line in done.stdout.splitlines() if len(line.split()) == 2)
 
 
-def wait_for(job: str, total: int, count_complete, poll: float = 5.0) -> None:
+def wait_for(job: str, total: int, count_complete, poll: float = 2.0) -> None:
     """Block until none of the array's tasks is queued or running (a requeued task is queued again); the bar
     shows `count_complete()` of `total` runs."""
     bar = progress(total=total, desc=f"slurm {job}", unit="run")
