@@ -1,6 +1,6 @@
 """attention-lab's course library: a from-scratch BERT, pluggable attention and the methods built on it.
 
-The public names below are imported lazily, so light modules (metrics, glue's registry, plotting) can be
+The public names below are imported lazily, so light modules (metrics, the task registry, plotting) can be
 used without paying for torch and transformers at import time. Importing the package first also sets how
 torch's OpenMP threads wait (`course_lib.openmp`), which only takes effect before torch is loaded.
 """

@@ -1,8 +1,9 @@
 """`python -m course_lib COMMAND ...`: the one command line.
 
 The training commands (finetune, pretrain, multitask) are built from the config dataclasses: every option is a
-field, so CLI, notebooks and YAML share one set of names and checks. The other commands (`COMMANDS`:
-notebooks, sweep, collect, check, assignment, bench, gpu-check) get their arguments handed to their own parsers.
+field, so CLI, notebooks and YAML share one set of names and checks. The other commands (`COMMANDS` below:
+notebooks, sweep, collect, check, assignment, export, predict, glue-submission, bench, gpu-check) get their
+arguments handed to their own parsers.
 Mistakes end with one line on stderr naming the bad value and the valid ones, and exit code 2.
 """
 from __future__ import annotations
@@ -55,13 +56,6 @@ def run_command(name: str, argv: list[str]) -> int:
     return module.main(argv) or 0
 
 
-def alias(name: str) -> int:
-    """An old command-line name (`python -m course_lib sweep`), kept for one release: it says the new form on
-    stderr, then runs it."""
-    print(f"note: `python -m course_lib.{name}` is now `python -m course_lib {name}`", file=sys.stderr)
-    return run_command(name, sys.argv[1:])
-
-
 def _option_help(doc: str, choices: tuple[str, ...]) -> str:
     """The field's help text, plus its valid names unless the text already lists them all ('%' escaped for
     argparse, which formats help text with %-style; the default is added by ArgumentDefaultsHelpFormatter)."""
@@ -87,17 +81,34 @@ def _add_field(parser, config_cls, f, hints: dict, docs: dict, choices: dict, gi
                             metavar=kinds[0].__name__.upper())
 
 
-def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
-    """One option per config field; a nested options class's fields in a group of their own (a method's
-    options under its name), each option once however many methods read it."""
-    hints, docs, choices = typing.get_type_hints(config_cls), field_docs(config_cls), field_choices(config_cls)
-    flat = config_cls.flat_hints()  # not the fields that hold a method's options
+def _add_flat_options(parser: argparse.ArgumentParser, config_cls, listed: bool = True) -> None:
+    """One option per field of the config itself (not the fields that hold a method's or family's options).
+    listed: the help lists the registries' names (every task and method, loading them all)."""
+    choices = field_choices(config_cls) if listed else getattr(config_cls, "choices", {})
+    hints, docs = typing.get_type_hints(config_cls), field_docs(config_cls)
+    flat = config_cls.flat_hints(classes=[])  # the fields that hold no nested options
     for f in dataclasses.fields(config_cls):
         if f.name in flat:
             _add_field(parser, config_cls, f, hints, docs, choices)
+
+
+def _run_option_classes(config_cls, argv: list[str]) -> list[type]:
+    """The options classes a run of these arguments reads (its method's, its task family's), found from its
+    flat options (--method, --task, ...) alone, so that no other method or family is loaded."""
+    known = Parser(add_help=False)
+    _add_flat_options(known, config_cls, listed=False)
+    values = vars(known.parse_known_args(dashed(argv))[0])
+    return list(dict.fromkeys(config_cls.nested(values).values()))
+
+
+def _add_config_options(parser: argparse.ArgumentParser, config_cls, classes: list[type] | None = None) -> None:
+    """One option per config field; a nested options class's fields in a group of their own (a method's
+    options under its name), each option once however many methods read it. classes: the run's own options
+    classes; None: every method's and family's (for --help, loading them all)."""
+    _add_flat_options(parser, config_cls, listed=classes is None)
     groups: dict[str, list] = {}  # who reads an option: its options, in declaration order
-    readers = config_cls.foreign(None)  # each option's readers, where a run reads only some (its method's)
-    for options in config_cls.option_classes():
+    readers = config_cls.foreign(None) if classes is None else {}  # each option's readers (for --help)
+    for options in config_cls.option_classes() if classes is None else classes:
         for f in dataclasses.fields(options):
             title = f"options of {readers[f.name]}" if readers else options.__doc__.rstrip(".")
             if all(f.name != seen.name for fs in groups.values() for seen, _ in fs):
@@ -106,21 +117,29 @@ def _add_config_options(parser: argparse.ArgumentParser, config_cls) -> None:
         group = parser.add_argument_group(title)
         for f, options in members:
             _add_field(group, options, f, typing.get_type_hints(options), field_docs(options),
-                       field_choices(options), given_only=bool(readers))
+                       field_choices(options), given_only=bool(readers) or classes is not None)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser. For a training command's arguments (`argv`), that command offers the run's own
+    options (its method's and task family's) and loads no other method or family; without `argv`, or with
+    --help, every command offers every option, loading every method and family to list them."""
+    lazy = argv is not None and not {"-h", "--help"} & set(argv)
     parser = Parser(prog="python -m course_lib", description=__doc__.splitlines()[0],
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name, config_cls, what in (
-            ("finetune", FinetuneConfig, "fine-tune BERT on a GLUE task"),
+            ("finetune", FinetuneConfig, "fine-tune BERT on one task of any family (GLUE, SQuAD, WNUT-17, "
+                                          "DREAM, ...)"),
             ("pretrain", PretrainConfig, "pre-train a small BERT from scratch: MLM, or MLM + AG"),
             ("multitask", MultitaskConfig, "one BERT, a head per task, a task schedule, SSA per task "
                                             "(--cs224n: the CS224N default project's data and deliverables)")):
         command = commands.add_parser(name, help=what, description=what,
                                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-        _add_config_options(command, config_cls)
+        if not lazy:
+            _add_config_options(command, config_cls)
+        elif argv[:1] == [name]:  # the command that runs: its run's options only
+            _add_config_options(command, config_cls, _run_option_classes(config_cls, argv[1:]))
     for name, (_, what) in COMMANDS.items():  # listed here; `main` hands their arguments to their own parsers
         commands.add_parser(name, help=what, add_help=False)
     parser.subcommands = commands.choices  # each command's parser, for the error that lists its options
@@ -161,12 +180,16 @@ def dashed(argv: list[str]) -> list[str]:
 
 
 def run(argv: list[str]) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     namespace, extra = parser.parse_known_args(dashed(argv))
     args = vars(namespace)
     command = args.pop("command")
     if command is None:
         raise UsageError(f"missing command (valid: {', '.join(sorted([*CONFIGS, *COMMANDS]))})")
+    other = extra[0].split("=")[0][2:].replace("-", "_") if extra and extra[0].startswith("--") else None
+    if other is not None and other in CONFIGS[command].foreign(None):  # another method's or family's option:
+        #   from_dict says whose
+        CONFIGS[command].from_dict({**args, other: None})
     if extra:
         raise UsageError(f"unknown option {extra[0]!r} for {command} "
                          f"(valid: {', '.join(parser.subcommands[command].options())})")

@@ -206,16 +206,6 @@ class NoOptions(Validated):
     """The options of a method or a task family that has none (vanilla; multiple choice)."""
 
 
-def option_readers(kind: str, entries) -> dict[str, str]:
-    """{option: who reads it}, e.g. {"asa_tau": "method asa"}, over registry entries given as (name, options
-    class) pairs: what a run says of a key that belongs to another method or family (`Validated.foreign`)."""
-    readers: dict[str, list[str]] = {}
-    for name, options in entries:
-        for f in dataclasses.fields(options):
-            readers.setdefault(f.name, []).append(name)
-    return {option: f"{kind} " + ", ".join(names) for option, names in readers.items()}
-
-
 def first_difference(saved: dict, config) -> str | None:
     """The first field (by name) where a saved run's config differs from `config` (a Validated config or any
     with `to_dict`), else None; output_dir and fields that do not change what the run computes (their metadata

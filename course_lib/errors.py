@@ -3,9 +3,9 @@ lines' shared parser and error reporter.
 
 The CLI and the notebook config cells catch `UsageError` and print its message on one line
 (exit code 2) instead of a traceback: the message must name the bad value and the valid ones.
-Every entry point (`course_lib`, `.notebooks`, `.sweep`, `.collect`, `.check`, `.gpu_check`) builds its
-parser from `Parser` and runs through `report_errors`; they live here, the bottom layer, so that no entry
-point imports another to get them.
+Every entry point (`python -m course_lib` and each command it hands its arguments to: notebooks, sweep,
+collect, ...) builds its parser from `Parser` and runs through `report_errors`; they live here, the bottom
+layer, so that no entry point imports another to get them.
 """
 import argparse
 import math

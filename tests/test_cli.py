@@ -195,13 +195,6 @@ def test_a_commands_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert "no-grid.yaml" in err
 
 
-def test_an_old_command_name_says_the_new_one_and_runs_it():
-    done = subprocess.run([sys.executable, "-m", "course_lib.collect", "--help"], capture_output=True, text=True,
-                          cwd=ROOT)
-    assert done.returncode == 0 and done.stdout.startswith("usage: python -m course_lib collect ")
-    assert done.stderr == "note: `python -m course_lib.collect` is now `python -m course_lib collect`\n"
-
-
 # ----------------------------------------------------------------------------------------------
 # The notebook runner's messages
 
@@ -264,3 +257,22 @@ def test_each_bench_lists_its_options_in_its_help(what, capsys, monkeypatch):
     flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", text.split("\noptions:", 1)[1])) - {"--help"}
     declared = set(bench_command.BENCHES[what][2])
     assert declared <= flags and {f for f in flags if not f.startswith("--no-")} <= declared
+
+
+def test_a_training_command_loads_only_its_runs_method_and_family_and_help_loads_every_one():
+    """Names are resolved for the run: `finetune --task sst2 --method ssa-co` imports SSA and the sentence family,
+    never ASA, SSAF or SQuAD's reader; only --help lists (and so loads) them all."""
+    watched = ["course_lib.methods.asa", "course_lib.methods.ssaf", "course_lib.methods.ssa",
+               "course_lib.tasks.squad", "course_lib.tasks.tagging", "course_lib.tasks.sentence"]
+    code = ("import json, sys\nfrom course_lib import cli\n"
+            "seen = []\ncli._train = lambda command, cfg: seen.append(cfg.options.ssa_target_weight) or {}\n"
+            "cli.keep_freed_memory = lambda *args: None\n"
+            "cli.run(sys.argv[1:])\n"
+            f"print(json.dumps([seen, [m for m in {watched!r} if m in sys.modules]]))\n")
+    run = subprocess.run([sys.executable, "-c", code, "finetune", "--task", "sst2", "--method", "ssa-co",
+                          "--ssa-target-weight", "0.9"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout.splitlines()[-1]) == [[0.9], ["course_lib.methods.ssa", "course_lib.tasks.sentence"]]
+    helped = subprocess.run([sys.executable, "-c", code, "finetune", "--help"], capture_output=True, text=True,
+                            cwd=ROOT, timeout=300)
+    assert "--asa-tau" in helped.stdout and "--doc-stride" in helped.stdout  # every method's and family's options

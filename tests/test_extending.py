@@ -48,7 +48,7 @@ SMALL = {"epochs": 1, "max_len": 32, "batch_size": 16, "lr": 1e-3}
 @pytest.fixture
 def guide_method(tmp_path):
     import_block(blocks("A method")[0], "guide_method", tmp_path)
-    yield METHODS["scaled-embeddings"]
+    yield METHODS.get("scaled-embeddings")
     METHODS.pop("scaled-embeddings")
     sys.modules.pop("guide_method")
 

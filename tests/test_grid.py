@@ -126,7 +126,7 @@ def test_a_grid_runs_resumes_and_reads_finished_runs_back(tiny_model_dir, keywor
     rows = dev_rows(results)
     assert [(r["run"], r["task"], r["metric"]) for r in rows] == [
         ("vanilla", "sst2", "accuracy"), ("ssa-co", "sst2", "accuracy"), ("ssa-co, paper labels", "sst2", "accuracy")]
-    assert rows[0]["dev score"] == results["sst2", "vanilla", 0, ""]["dev"]["accuracy"]
+    assert rows[0]["dev score"] == 100 * results["sst2", "vanilla", 0, ""]["dev"]["accuracy"]  # in points
 
 
 def test_another_folders_identical_finished_run_is_copied_not_trained_and_a_changed_one_trains(
@@ -179,8 +179,8 @@ def test_dev_rows_of_a_multitask_run_give_each_task_and_overall():
     result = {"overall": 0.5, "dev": {"sst2": {"dev": {"accuracy": 0.75}}, "stsb": {"dev": {"pearson": 0.25}}}}
     rows = dev_rows({RunKey(None, None, 1, "SSA off"): result})
     assert [(r["run"], r["task"], r["metric"], r["seed"], r["dev score"]) for r in rows] == [
-        ("SSA off", "sst2", "accuracy", 1, 0.75), ("SSA off", "stsb", "pearson", 1, 0.25),
-        ("SSA off", "Overall", "overall", 1, 0.5)]
+        ("SSA off", "sst2", "accuracy", 1, 75.0), ("SSA off", "stsb", "pearson", 1, 25.0),
+        ("SSA off", "Overall", "overall", 1, 50.0)]  # in points, the papers' scale
     assert grid.RUNNERS[MultitaskConfig].__name__ == "train_multitask"
 
 

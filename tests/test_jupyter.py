@@ -11,6 +11,7 @@ from nbclient import NotebookClient
 
 from course_lib import kernel
 from course_lib import plots
+from course_lib.notebook_params import NOTEBOOK_DIR, notebook_names
 from course_lib.openmp import SPIN_COUNT, WAIT_POLICY
 
 LAB_SCHEMAS = Path(sys.prefix) / "share" / "jupyter" / "lab" / "schemas"
@@ -95,3 +96,16 @@ def test_token_scores_are_coloured_over_their_own_range():
     assert [t.get_text() for t in mesh.axes.texts] == ["0.971", "0.985", "0.990", "0.978"]
     shared = plots.token_scores(["a"], [0.98], vrange=plots.colour_range(scores, [0.5])).collections[0]
     assert (shared.norm.vmin, shared.norm.vmax) == (0.5, 0.990)
+
+
+@pytest.mark.parametrize("name", notebook_names())
+def test_a_committed_notebook_reopens_without_a_dangling_widget_or_a_folded_output(name):
+    """What a student sees opening the repository's notebook: no widget view the file keeps no state for (JupyterLab
+    shows "Error displaying widget"), no cell past JupyterLab's 50 outputs (it folds the rest, the run's last lines)."""
+    nb = nbformat.read(NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
+    saved_state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    for index, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        shown = as_jupyterlab_shows(cell.outputs)
+        views = [o["data"][WIDGET_VIEW]["model_id"] for o in shown if WIDGET_VIEW in o.get("data", {})]
+        assert not [v for v in views if v not in saved_state], (name, index)
+        assert len(shown) <= 50, (name, index, len(shown))

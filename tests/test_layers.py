@@ -13,8 +13,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = (
-    {"errors", "repro", "config", "openmp"},  # the shared base: one-line errors, seeding, atomic writes,
-    #                                           progress bars, the config framework, OpenMP's wait policy
+    {"errors", "repro", "config", "registry", "openmp"},  # the shared base: one-line errors, seeding, atomic writes,
+    #   progress bars, the config framework, the registry type, OpenMP's wait policy
     {"model"},  # plain PyTorch BERT
     {"fast"},  # CPU kernels swapped into a model
     {"tasks"},
@@ -22,7 +22,7 @@ LAYERS = (
     {"training"},
     {"plots", "notebook_params", "teaching"},  # what the notebooks draw and check, the assignment
     {"lab"},  # the research machinery: not the lesson
-    {"cli", "__main__", "check", "collect", "notebooks", "sweep", "kernel"},  # the command-line names, the kernel
+    {"cli", "__main__", "kernel"},  # the command line, the kernel
 )
 
 

@@ -11,7 +11,8 @@ import pytest
 from scipy import integrate, stats
 
 from course_lib.errors import UsageError
-from course_lib.tasks.metrics import METRICS, compute_metrics, degenerate_predictions, paired_t_test
+from course_lib.tasks.glue_score import GLUE_SCORE
+from course_lib.tasks.metrics import METRICS, SCORES, compute_metrics, degenerate_predictions, paired_t_test, shown
 
 # A binary confusion matrix written out by hand: tp=3, tn=2, fp=1, fn=2.
 LABELS = [1, 1, 1, 1, 1, 0, 0, 0]
@@ -90,6 +91,15 @@ def test_bad_input():
         compute_metrics(("accuracy",), PREDS[:-1], LABELS)
     with pytest.raises(ValueError, match="non-empty"):
         compute_metrics(("accuracy",), [], [])
+
+
+def test_a_log_line_prints_scores_in_points_and_nothing_else_scaled():
+    """The papers' scale on every line a reader sees: each score compute_metrics gives (and GLUE's score) x 100,
+    SQuAD's already in points as it is, a loss with its own decimals, a count untouched."""
+    assert set(METRICS) | {"combined_score", GLUE_SCORE, "exact_match", "overall"} <= set(SCORES)
+    assert shown("accuracy", 0.79251) == "79.25" and shown("dev matthews_correlation", -0.0123) == "-1.23"
+    assert shown("f1", 54.4321, percent_already=True) == "54.43"
+    assert shown("ssa_loss", 0.08312) == "0.0831" and shown("truncated_words", 8) == "8"
 
 
 def test_metrics_module_does_not_import_torch():

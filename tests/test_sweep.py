@@ -93,7 +93,8 @@ def test_sigkill_failure_and_reruns_never_redo_a_finished_run(tmp_path, tiny_bas
     assert f"failed lr=1e+30: {sweep.one_line(failed['error'])}" in printed
     for folder in (first, second):
         assert read_json(folder / "run.json")["status"] == "complete"
-        assert "epoch 1: dev accuracy" in (folder / "log.txt").read_text()
+        first_epoch = read_json(folder / "metrics.json")["history"][0]["dev"]["accuracy"]
+        assert f"epoch 1: dev accuracy {100 * first_epoch:.2f}" in (folder / "log.txt").read_text()  # in points
     rows = collect.collect(out)
     assert sorted(row["run"] for row in rows) == ["lr=0.001", "lr=0.002"]
     expected = {f.name: read_json(f / "metrics.json")["dev"]["accuracy"] for f in (first, second)}
@@ -336,11 +337,11 @@ def test_the_sweep_summary_line_carries_a_runs_warnings(tmp_path):
     """A run that learnt nothing is complete, but its line in the sweep's output says what its metrics.json says."""
     run = sweep.Run("seed=0", FinetuneConfig(output_dir=str(tmp_path / "seed=0")))
     write_metrics(run.folder, "mrpc", {"dev": {"accuracy": 0.665, "f1": 0.799}})
-    assert sweep.dev_summary(run) == "dev accuracy 0.6650, dev f1 0.7990"
+    assert sweep.dev_summary(run) == "dev accuracy 66.50, dev f1 79.90"  # in points, as the results tables
     metrics = json.loads((run.folder / "metrics.json").read_text())
     line = "mrpc dev: all 408 predictions are class 1: the scores are those of a constant guess"
     (run.folder / "metrics.json").write_text(json.dumps({**metrics, "warnings": [line]}))
-    assert sweep.dev_summary(run) == f"dev accuracy 0.6650, dev f1 0.7990  (warning: {line})"
+    assert sweep.dev_summary(run) == f"dev accuracy 66.50, dev f1 79.90  (warning: {line})"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -113,8 +113,8 @@ def test_nonfinite_loss_stops_and_keeps_the_checkpoint(tiny_model_dir, keyword_g
      "custom, dream"),
     (["--method", "magic"], "unknown method 'magic' (valid: asa, bernoulli-mask, bert-mask, mean-pool, ssa-co, ssa-hybrid, ssaf, vanilla)"),
     (["--epochs", "two"], "argument --epochs: invalid int value: 'two'"),
-    (["--frobnicate", "1"], "unknown option '--frobnicate' for finetune (valid: --asa-clip-scope, --asa-cut-row, --asa-noise, "
-     "--asa-regression-divergence, --asa-tagging-divergence, --asa-tau"),
+    (["--frobnicate", "1"], "unknown option '--frobnicate' for finetune (valid: --batch-size, --bucket-by-length, "
+     "--classifier-dropout"),  # the run's own options: vanilla has none of its own
     (["--method", "asa", "--asa-tagging-divergence", "sum"],
      "unknown asa_tagging_divergence 'sum' (valid: window-sum, word-mean)"),
     (["--asa-tau", "0.5"], "option 'asa_tau' belongs to method asa, not to this run (its own options: "

@@ -30,6 +30,7 @@ from typing import NamedTuple
 from course_lib.errors import UsageError
 from course_lib.config import Validated
 from course_lib.repro import progress
+from course_lib.lab.records import percent_scale
 from course_lib.lab.sweep import run_name
 from course_lib.tasks.registry import get_task
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
@@ -157,8 +158,9 @@ def run_grid(base: Validated, output_dir=None, *, tasks=None, methods=None, seed
 
 def dev_rows(results: dict[RunKey, dict]) -> list[dict]:
     """The dev scores as table rows (for pandas and `plots.results`): run (the key's name), task, seed, metric
-    and dev score, the task's main metric on its first dev split (MNLI: dev_matched). A multitask run gives a
-    row per task and one for its Overall; a pre-training run, which has no dev set, none."""
+    and dev score, the task's main metric on its first dev split (MNLI: dev_matched) in points, the papers' scale
+    (accuracy 0.7925 is 79.25; `records.percent_scale`). A multitask run gives a row per task and one for its
+    Overall; a pre-training run, which has no dev set, none."""
     rows = []
     for key, result in results.items():
         scores = result["dev"] if "overall" in result else {result["task"]: result} if "task" in result else {}
@@ -166,8 +168,8 @@ def dev_rows(results: dict[RunKey, dict]) -> list[dict]:
             metric = splits.get("main_metric") or get_task(name).metrics[0]  # a multitask head: its GLUE task's
             split = next(s for s, values in splits.items() if s.startswith("dev") and isinstance(values, dict))
             rows.append({"run": key.name, "task": name, "seed": key.seed, "metric": metric,
-                         "dev score": splits[split][metric]})
+                         "dev score": splits[split][metric] * (percent_scale(name, metric) or 1)})
         if "overall" in result:
             rows.append({"run": key.name, "task": "Overall", "seed": key.seed, "metric": "overall",
-                         "dev score": result["overall"]})
+                         "dev score": result["overall"] * percent_scale("Overall", "overall")})
     return rows

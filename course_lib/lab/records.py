@@ -18,15 +18,12 @@ from course_lib.errors import UsageError
 from course_lib.lab.archive import old_defaults
 from course_lib.methods.registry import every_method
 from course_lib.tasks.glue_score import GLUE_SCORE, glue_score
+from course_lib.tasks.metrics import is_score
 from course_lib.tasks.registry import find_task, get_family
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
 
 METHOD_PREFIXES = ("ssa_", "asa_", "sparsegen_", "bernoulli_", "ag_")  # a method's own settings
 LOWER_IS_BETTER = ("loss", "perplexity")  # metric names containing these improve downwards
-
-
-FRACTIONS = ("accuracy", "f1", "precision", "recall", "matthews_correlation", "pearson", "spearmanr",
-             "combined_score", "overall", "exact_match", GLUE_SCORE)  # scores most families give in [0, 1] or [-1, 1]
 
 
 def lower_is_better(metric: str) -> bool:
@@ -37,7 +34,7 @@ def percent_scale(task: str, metric: str) -> int | None:
     """What a results table multiplies this metric by to show it in percent, the papers' scale: 100 for a score
     the task's family gives as a fraction ('dev accuracy' 0.79 shows as 79.00), 1 for one it gives in percent
     already (SQuAD's exact match and F1), None for a metric that is no score (a loss, a count)."""
-    if metric.split(" ")[-1] not in FRACTIONS:
+    if not is_score(metric):
         return None
     family = getattr(find_task(task), "family", None)
     return 1 if family is not None and get_family(family).percent_scores else 100

@@ -31,6 +31,7 @@ from course_lib.lab import collect
 from course_lib.tasks.registry import get_task
 from course_lib.tasks.metrics import detectable_difference, holm_adjusted, seeds_to_detect
 from course_lib.lab.reported import REPORTED
+from course_lib.lab.records import percent_scale
 from course_lib.repro import atomic_write
 from course_lib.lab.sweep import load_grid, sweep
 
@@ -72,7 +73,7 @@ def primary_metric(task: str) -> str:
 def points_per_unit(task: str) -> float:
     """How many of the papers' points one unit of the task's metric is: 100, or 1 for a preset whose scores are
     on a 0-100 scale already (SQuAD's official script)."""
-    return 1.0 if getattr(get_task(task), "percent_scale", False) else 100.0
+    return float(percent_scale(task, primary_metric(task)) or 100)
 
 
 def paper_delta(method: str, task: str, metric: str) -> tuple[float, str, str] | None:

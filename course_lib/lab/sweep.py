@@ -54,6 +54,8 @@ import yaml
 
 from course_lib.lab.archive import archived_difference
 from course_lib.lab.collect import write_results
+from course_lib.tasks.metrics import shown
+from course_lib.tasks.registry import get_family
 from course_lib.training.config import FinetuneConfig
 from course_lib.errors import PREEMPTED, UsageError, yaml_float_hint
 from course_lib.lab.slurm import ForwardedStop, task_job_id
@@ -437,9 +439,10 @@ def one_line(error: str | None) -> str:
 
 
 def dev_summary(run: Run) -> str:
-    """The run's dev metrics in one line, with its warnings (all predictions one class, say) after them."""
+    """The run's dev metrics in one line (scores in points), with its warnings (all predictions one class, say) after them."""
     metrics = read_json(run.folder / METRICS)
-    scores = ", ".join(f"{split} {name} {value:.4f}" for split, values in sorted(metrics.items())
+    in_points = metrics.get("family") is not None and get_family(metrics["family"]).percent_scores
+    scores = ", ".join(f"{split} {name} {shown(name, value, in_points)}" for split, values in sorted(metrics.items())
                        if split.startswith(("dev", "test")) and isinstance(values, dict)
                        for name, value in values.items())
     return scores + "".join(f"  (warning: {line})" for line in metrics.get("warnings") or [])

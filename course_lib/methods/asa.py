@@ -266,8 +266,8 @@ def _squared(clean: torch.Tensor, adversarial: torch.Tensor) -> torch.Tensor:
 # How a regressor's two predictions (one score per example) are compared (`asa_regression_divergence`).
 # batch-softmax is the authors' code (modeling/utils.py, `divergence`): the B scores of each pass become one
 # softmax across the batch, and the symmetric KL of the two is divided by B; it ignores a shift of every score by
-# the same amount. squared, this project's first reading, is the mean squared difference of the two predictions:
-# on STS-B it was 38-72x larger, with 25-44x the gradient.
+# the same amount. squared, this project's first reading, is the mean squared difference of the two predictions
+# (how much larger it was on STS-B: docs/methods.md, ASA).
 REGRESSION_DIVERGENCES = {"batch-softmax": _batch_softmax, "squared": _squared}
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from course_lib.config import Validated, option_readers
-from course_lib.errors import choice_error
+from course_lib.config import Validated
 from course_lib.methods import ag
+from course_lib.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -30,29 +30,15 @@ class PretrainMethod:
     objective: Callable | None = None
 
 
-PRETRAIN_METHODS: dict[str, PretrainMethod] = {}
+PRETRAIN_METHODS: Registry[PretrainMethod] = Registry("pretraining method", {
+    "mlm": lambda: PretrainMethod("mlm", "masked language modelling (Devlin et al. 2019)"),
+    "ag": lambda: PretrainMethod("ag", "MLM + attention guidance (Deshpande & Narasimhan 2020)", ag.AGOptions,
+                                 objective=ag.GuidedObjective)})
+get_pretrain_method = PRETRAIN_METHODS.get
+pretrain_option_owners = PRETRAIN_METHODS.option_readers  # {option: the pre-training methods that read it}
 
 
 def register_pretrain(method: PretrainMethod) -> PretrainMethod:
-    if PRETRAIN_METHODS.get(method.name, method) is not method:
-        raise ValueError(f"a pre-training method named {method.name!r} is registered already")
     if not issubclass(method.options, ag.GuidanceOptions):
         raise TypeError(f"{method.name}: a pre-training method's options extend ag.GuidanceOptions")
-    PRETRAIN_METHODS[method.name] = method
-    return method
-
-
-def get_pretrain_method(name: str) -> PretrainMethod:
-    if name not in PRETRAIN_METHODS:
-        raise choice_error("pretraining method", name, PRETRAIN_METHODS)
-    return PRETRAIN_METHODS[name]
-
-
-def pretrain_option_owners() -> dict[str, str]:
-    """{option: the pre-training methods that read it}: what another method's option is to a run."""
-    return option_readers("method", ((m.name, m.options) for m in PRETRAIN_METHODS.values()))
-
-
-register_pretrain(PretrainMethod("mlm", "masked language modelling (Devlin et al. 2019)"))
-register_pretrain(PretrainMethod("ag", "MLM + attention guidance (Deshpande & Narasimhan 2020)", ag.AGOptions,
-                                 objective=ag.GuidedObjective))
+    return PRETRAIN_METHODS.register(method)

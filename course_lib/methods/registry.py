@@ -21,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from course_lib.config import NoOptions, Validated, option_readers
-from course_lib.errors import UsageError, choice_error
+from course_lib.config import NoOptions, Validated
+from course_lib.errors import UsageError
+from course_lib.registry import Registry
 from course_lib.model.heads import MeanPoolClassifier
 
 
@@ -82,46 +83,9 @@ class Method:
                              f"(it applies to: {', '.join(self.families)})")
 
 
-METHODS: dict[str, Method] = {}  # what is loaded so far; every_method() loads the built-in ones
-
-
-def register(method: Method) -> Method:
-    """Add a method under its name; a second, different method of the same name (a built-in's too) is refused."""
-    if method.name in BUILTIN_METHODS:
-        get_method(method.name)
-    return _add(method)
-
-
-def _add(method: Method) -> Method:
-    if METHODS.get(method.name, method) is not method:
-        raise ValueError(f"a method named {method.name!r} is registered already")
-    METHODS[method.name] = method
-    return method
-
-
-def get_method(name: str) -> Method:
-    if name not in METHODS and name in BUILTIN_METHODS:
-        _add(BUILTIN_METHODS[name]())
-    if name not in METHODS:
-        raise choice_error("method", name, every_method())
-    return METHODS[name]
-
-
-def every_method() -> dict[str, Method]:
-    """Every method, the built-in ones first in their order here (loading those not loaded yet)."""
-    builtin = {name: get_method(name) for name in BUILTIN_METHODS}
-    return {**builtin, **METHODS}
-
-
 def multitask_methods() -> list[str]:
     """The methods a multitask run may train its chosen tasks with (`Method.multitask`)."""
     return [name for name, method in every_method().items() if method.multitask]
-
-
-def option_owners() -> dict[str, str]:
-    """{option: the methods that read it}, over every registered method: what a key that is not the run's own
-    method's option is (`FinetuneConfig.foreign`)."""
-    return option_readers("method", ((m.name, m.options) for m in every_method().values()))
 
 
 # The built-in methods: each entry builds its method, importing its module, the first time it is asked for.
@@ -182,6 +146,8 @@ def _mean_pool() -> Method:
                                  "heads read; " + OWN)
 
 
-BUILTIN_METHODS: dict[str, Callable[[], Method]] = {
+METHODS: Registry[Method] = Registry("method", {
     "vanilla": _vanilla, "ssaf": _ssaf, "asa": _asa, "bernoulli-mask": _bernoulli_mask, "ssa-co": _ssa_co,
-    "ssa-hybrid": _ssa_hybrid, "bert-mask": _bert_mask, "mean-pool": _mean_pool}
+    "ssa-hybrid": _ssa_hybrid, "bert-mask": _bert_mask, "mean-pool": _mean_pool})
+register, get_method, every_method = METHODS.register, METHODS.get, METHODS.every
+option_owners = METHODS.option_readers  # {option: the methods that read it} (`FinetuneConfig.foreign`)

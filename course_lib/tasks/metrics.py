@@ -12,6 +12,9 @@ the ranking; scikit-learn's Matthews correlation makes the same choice. F1 with 
 positives is 0.0, also without a warning. Such a run is not silent, though: `degenerate_predictions`
 names it, and the training loops log its answer and keep it under `warnings` in metrics.json.
 
+`shown` prints a score in points (x 100), the papers' scale, wherever a line is meant for a reader; the files
+(metrics.json) keep what these functions return.
+
 `paired_t_test` compares two methods over the same seeds: the one test behind `collect.paired_tests` (the
 results tables, notebook 06, `bench reproduce`) and `bench diagnostics`; `detectable_difference` says how large
 a difference that test can find with a given number of seeds (`bench reproduce`).
@@ -29,6 +32,24 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from course_lib.errors import choice_error
 
 ArrayLike = Sequence[float] | np.ndarray
+
+SCORES = ("accuracy", "f1", "precision", "recall", "matthews_correlation", "pearson", "spearmanr", "combined_score",
+          "overall", "exact_match", "glue_score")  # what a log line or a table shows in points (x 100)
+
+
+def is_score(metric: str) -> bool:
+    """Whether a metric ('accuracy', or as metrics.json keys it, 'dev accuracy') is a score the papers print in
+    points; a loss, a count or a share is not."""
+    return metric.split(" ")[-1] in SCORES
+
+
+def shown(metric: str, value, percent_already: bool = False) -> str:
+    """A metric as a log line prints it: a score in points with two decimals, the papers' scale (accuracy 0.7925
+    prints 79.25; SQuAD's F1, which the official script gives in points already, as it is), another float (a
+    loss) with four decimals, anything else (a count) as it is."""
+    if not isinstance(value, float):
+        return f"{value}"
+    return f"{value * (1 if percent_already else 100):.2f}" if is_score(metric) else f"{value:.4f}"
 
 
 def accuracy(predictions: ArrayLike, labels: ArrayLike) -> float:

@@ -12,8 +12,9 @@ code has no `if task == ...`: a new family is its own module plus one `register_
     tagging           a tag per word (WNUT-17, CoNLL-2003)                     tasks/tagging.py
     multiple_choice   one of several answers (DREAM, HellaSWAG, SWAG)          tasks/multiple_choice.py
 
-The built-in families and presets are declared below but loaded on first use: a run on SST-2 imports the
-sentence family's modules, never SQuAD's reader. Listing them all (`every_family`, `every_task`) loads them all.
+The built-in families and presets are declared below but loaded on first use: a run on SST-2, from a notebook
+or the command line, imports the sentence family's modules, never SQuAD's reader. Listing them all
+(`every_family`, `every_task`, and `--help`, which lists every family's options) loads them all.
 
 A run asks for its task through `run_task(cfg)`: the preset bound to the run's files and options (`--train-file`,
 `--data-dir`, ...). `--task custom --task-type T` is the run's own files, of the family that T names.
@@ -23,8 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from course_lib.config import NoOptions, Validated, option_readers
-from course_lib.errors import UsageError, choice_error, find_named, name_key
+from course_lib.config import NoOptions, Validated
+from course_lib.errors import UsageError, choice_error
+from course_lib.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -77,65 +79,11 @@ class TaskFamily:
     prediction_rows: Callable | None = None
 
 
-FAMILIES: dict[str, TaskFamily] = {}  # what is loaded so far; every_family() loads the built-in ones
-TASKS: dict[str, object] = {}  # name -> preset; each preset has .name, .family, .dev_splits, .num_labels,
-#   .is_regression, .max_len, .metrics (its main metric first), and .bind(cfg), the preset a run reads
-
-
-def register_family(family: TaskFamily) -> TaskFamily:
-    """Add a family under its name; a second, different family of the same name (a built-in's too) is refused."""
-    if family.name in BUILTIN_FAMILIES:
-        get_family(family.name)
-    return _add_family(family)
-
-
-def _add_family(family: TaskFamily) -> TaskFamily:
-    if FAMILIES.get(family.name, family) is not family:
-        raise ValueError(f"a task family named {family.name!r} is registered already")
-    FAMILIES[family.name] = family
-    return family
-
-
 def register_task(task) -> None:
     """Add a preset under its name; its family must be registered (or built in). The built-in presets load
     first, so one of the same name is refused now rather than when a later lookup loads it."""
     get_family(task.family)
-    _load_presets(until=lambda: False)
-    _add_task(task)
-
-
-def _add_task(task) -> None:
-    if TASKS.get(task.name, task) is not task:
-        raise ValueError(f"a task named {task.name!r} is registered already")
-    TASKS[task.name] = task
-
-
-def get_family(name: str) -> TaskFamily:
-    if name not in FAMILIES and name in BUILTIN_FAMILIES:
-        _add_family(BUILTIN_FAMILIES[name]())
-    if name not in FAMILIES:
-        raise choice_error("task family", name, every_family())
-    return FAMILIES[name]
-
-
-def every_family() -> dict[str, TaskFamily]:
-    """Every family, the built-in ones first in their order here (loading those not loaded yet)."""
-    builtin = {name: get_family(name) for name in BUILTIN_FAMILIES}
-    return {**builtin, **FAMILIES}
-
-
-def _load_presets(until: Callable[[], bool]) -> None:
-    """Register the built-in presets, one module's at a time in their order here, until `until()` holds."""
-    while _PENDING_PRESETS and not until():
-        for task in _PENDING_PRESETS.pop(0)():  # known families: checked by tests/test_tasks.py
-            _add_task(task)
-            _BUILTIN_TASKS.append(task.name)
-
-
-def every_task() -> dict[str, object]:
-    """Every preset, the built-in ones first in their order here (loading those not loaded yet)."""
-    _load_presets(until=lambda: False)
-    return {**{name: TASKS[name] for name in _BUILTIN_TASKS if name in TASKS}, **TASKS}
+    TASKS.register(task)
 
 
 TASK_TYPES = {"classification": "sentence", "regression": "sentence", "tagging": "tagging",
@@ -174,28 +122,6 @@ def family_of(task: str, task_type: str | None) -> TaskFamily:
     if task_type not in TASK_TYPES:
         raise choice_error("--task-type for --task custom", task_type, TASK_TYPES)
     return get_family(TASK_TYPES[task_type])
-
-
-def family_option_owners() -> dict[str, str]:
-    """{option: the task families that read it}: what a key of another family's options is to a run."""
-    return option_readers("task family", ((f.name, f.options) for f in every_family().values()))
-
-
-def get_task(name: str):
-    """A preset of any family by name, ignoring case and dashes, so 'SST-2', 'sst2' and 'STS-B' work."""
-    def known() -> bool:
-        return any(name_key(entry) == name_key(name) for entry in TASKS)
-
-    _load_presets(until=known)
-    return find_named("task", name, TASKS if known() else every_task())
-
-
-def find_task(name: str):
-    """The preset of that name, or None (a results table reading a run of a task it does not know)."""
-    try:
-        return get_task(name)
-    except UsageError:
-        return None
 
 
 # The built-in families: each entry builds its family, importing its modules, the first time it is asked for.
@@ -241,9 +167,11 @@ def _multiple_choice_family() -> TaskFamily:
         prediction_rows=mc.prediction_rows)
 
 
-BUILTIN_FAMILIES: dict[str, Callable[[], TaskFamily]] = {
+FAMILIES: Registry[TaskFamily] = Registry("task family", {
     "sentence": _sentence_family, "span_qa": _span_qa_family, "tagging": _tagging_family,
-    "multiple_choice": _multiple_choice_family}
+    "multiple_choice": _multiple_choice_family})
+register_family, get_family, every_family = FAMILIES.register, FAMILIES.get, FAMILIES.every
+family_option_owners = FAMILIES.option_readers  # {option: the task families that read it}
 
 
 def _glue_presets() -> Iterable:
@@ -276,7 +204,10 @@ def _cs224n_presets() -> Iterable:
     return cs224n.PRESETS
 
 
-_PENDING_PRESETS: list[Callable[[], Iterable]] = [  # the built-in presets' modules, in listing order
+# Each preset has .name, .family, .dev_splits, .num_labels, .is_regression, .max_len, .metrics (its main metric
+# first), and .bind(cfg), the preset a run reads. Names compare ignoring case and dashes: 'SST-2' is sst2.
+TASKS: Registry = Registry("task", groups=[  # the built-in presets' modules, in listing order
     _glue_presets, _squad_presets, _file_presets, _tagging_presets, _multiple_choice_presets, _cs224n_presets,
-    lambda: (CustomTask(),)]  # custom last: bound by --task-type to a family (run_task)
-_BUILTIN_TASKS: list[str] = []  # their names, as loaded
+    lambda: (CustomTask(),)], loose=True)  # custom last: bound by --task-type to a family (run_task)
+get_task, every_task = TASKS.get, TASKS.every
+find_task = TASKS.find  # the preset of that name, or None (a results table reading a run of an unknown task)

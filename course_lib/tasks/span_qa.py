@@ -47,7 +47,6 @@ class SquadTask:
     max_len: int = 384
     n_best: int = 20
     max_answer_length: int = 30
-    percent_scale: bool = True  # its scores are on the official script's 0-100 scale, not 0-1
 
     @property
     def metrics(self) -> tuple[str, ...]:

@@ -100,7 +100,7 @@ class TrainingRunConfig(RunConfig):
 
 @dataclass
 class FinetuneConfig(TrainingRunConfig):
-    """One GLUE fine-tuning run. Defaults follow the BERT paper's recipe (Devlin et al. 2019, App. A.3)."""
+    """One fine-tuning run, on a task of any family. Defaults follow the BERT paper's recipe (Devlin et al. 2019, App. A.3)."""
 
     task: str = described("sst2",
         "the task to fine-tune on: a preset of a task family (GLUE tasks are the sentence family)")
@@ -227,7 +227,7 @@ class PretrainConfig(RunConfig):
 
     @classmethod
     def option_classes(cls) -> list[type]:
-        return list(dict.fromkeys(m.options for m in PRETRAIN_METHODS.values()))
+        return list(dict.fromkeys(m.options for m in PRETRAIN_METHODS.every().values()))
 
     @classmethod
     def foreign(cls, values: dict) -> dict[str, str]:
@@ -358,9 +358,9 @@ class MultitaskConfig(TrainingRunConfig):
 def field_choices(cls) -> dict[str, tuple[str, ...]]:
     """The valid names of the fields that take one: validate() checks them, --help lists them. A config class's
     own `choices` (a method's options) and, for the run configs, the registries' names."""
-    per_class = {
-        FinetuneConfig: {"task": tuple(every_task()), "method": tuple(every_method())},
-        MultitaskConfig: {"tasks": tuple(t for t in every_task() if t != "custom")},
-        PretrainConfig: {"method": tuple(PRETRAIN_METHODS)},
+    names = {  # built only for `cls`: listing a registry's names loads all of it
+        FinetuneConfig: lambda: {"task": tuple(every_task()), "method": tuple(every_method())},
+        MultitaskConfig: lambda: {"tasks": tuple(t for t in every_task() if t != "custom")},
+        PretrainConfig: lambda: {"method": tuple(PRETRAIN_METHODS.every())},
     }
-    return {**per_class.get(cls, {}), **getattr(cls, "choices", {})}
+    return {**names.get(cls, dict)(), **getattr(cls, "choices", {})}

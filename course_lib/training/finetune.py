@@ -1,4 +1,5 @@
-"""Fine-tuning: the task model of each method, its training set per epoch, its loss and its evaluation.
+"""Fine-tuning one task: each epoch's training set (the method's), the loss and the evaluation; the task model
+comes from `training.task_model`.
 
 The task's family (`course_lib.tasks.registry`: GLUE's tasks are presets of the sentence family) reads, encodes,
 batches, decodes, scores and writes; the run's method (`course_lib.methods.registry`) changes the encoder, the
@@ -27,11 +28,12 @@ from accelerate import Accelerator
 from safetensors.torch import save as safetensors_save
 
 from course_lib.tasks import batching, sentence, sources
+from course_lib.tasks.metrics import shown
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.export import export_if_asked
 from course_lib.training.task_model import build_classifier, encoder_overrides
 from course_lib.model.heads import SequenceClassifier
-from course_lib.training.compiled import check_compile, step_collate
+from course_lib.training.compiled import step_collate
 from course_lib.training.loop import Job, TrainingLoop, add_stats, finished_run, open_run, present_stats
 from course_lib.repro import WEIGHTS
 from course_lib.methods.registry import EpochContext, Method, get_method
@@ -241,9 +243,9 @@ class FinetuneJob(Job):
         entry.update({k: (torch.tensor(v, dtype=torch.float64) / taken).tolist()
                       for k, v in stats.items() if taken})  # e.g. ASA's masking proportion per layer
         state["history"].append({**entry, **scores})
+        in_points = get_family(self.task.family).percent_scores
         self.loop.accelerator.print(f"epoch {epoch + 1}: " + ", ".join(
-            f"{s} {k} {v:.4f}" if isinstance(v, float) else f"{s} {k} {v}"
-            for s in self.task.dev_splits for k, v in scores[s].items()))
+            f"{s} {k} {shown(k, v, in_points)}" for s in self.task.dev_splits for k, v in scores[s].items()))
 
     def summary(self, state: dict, status: str) -> dict:
         result = {"kind": "finetune", "config": self.cfg.to_dict(), "task": self.task.name, "family": self.task.family,
@@ -274,7 +276,6 @@ def finetune(cfg: FinetuneConfig) -> dict:
     run = resolve(cfg)
     task = run.task
     check_runnable(cfg)  # fp16 without a GPU, sequences longer than the model's positions
-    check_compile(cfg.compile)  # CUDA graphs without a GPU
     accelerator = open_run(cfg, out)
     seed_everything(cfg.seed)
     train_examples, dev_examples = task_examples(cfg, task)

@@ -30,7 +30,7 @@ from accelerate import Accelerator
 from course_lib.fast import optimize
 from course_lib.errors import Preempted, RunFailed, UsageError
 from course_lib.config import first_difference
-from course_lib.training.compiled import compile_modules
+from course_lib.training.compiled import check_compile, compile_modules
 from course_lib.training.reuse import reuse_finished_run
 from course_lib.training.tracking import log_with, scalars, tracker_config
 from course_lib.repro import (CHECKPOINT, METRICS, check_writable_dir, lock_exclusive, progress,
@@ -250,9 +250,11 @@ def allow_new_precision(mixed_precision: str) -> None:
 
 
 def open_run(cfg, out: Path, command: str | None = None) -> Accelerator:
-    """The checks and set-up before data or model: the folder is writable, and the accelerator; `command` names
-    a loop that runs in one process only (launched in more, it refuses)."""
+    """The checks and set-up before data or model: the folder is writable, `compile` can run here (CUDA graphs
+    need a GPU), and the accelerator; `command` names a loop that runs in one process only (launched in more, it
+    refuses)."""
     check_writable_dir(out)  # here, not at the first checkpoint an epoch later
+    check_compile(cfg.compile)
     allow_new_precision(cfg.mixed_precision)
     accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision,
                               log_with=log_with(getattr(cfg, "report_to", "none"), out), project_dir=str(out))
@@ -344,7 +346,7 @@ class TrainingLoop:
     def __init__(self, cfg, out: Path, accelerator: Accelerator, model: torch.nn.Module, total_steps: int,
                  warmup_steps: int, extra_checkpoint: dict | None = None):
         self.cfg, self.out, self.accelerator, self.model = cfg, out, accelerator, model
-        if cfg.fast_kernels and getattr(cfg, "compile", "off") == "off":  # compiled, the compiler's own kernels
+        if cfg.fast_kernels and cfg.compile == "off":  # compiled, the compiler's own kernels
             optimize(model)
         self.optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.999),
                                            eps=1e-8, fused=True)  # one kernel for all parameters: ~5x faster on CPU
@@ -403,7 +405,7 @@ class TrainingLoop:
     def _compile(self, job: Job) -> None:
         """The `compile` option on the job's modules; a job whose step has data-dependent shapes compiles
         `graphs` as `default`, with dynamic shapes, and says so."""
-        how = getattr(self.cfg, "compile", "off")
+        how = self.cfg.compile
         if how == "graphs" and job.graphs_fallback is not None:
             self.accelerator.print(f"compile graphs: {job.graphs_fallback}; this run compiles as default")
             how = "default"

@@ -33,12 +33,13 @@ from torch import nn
 from course_lib.methods.registry import get_method
 from course_lib.model.pair_heads import SeparatePairClassifier, encode_separately
 from course_lib.tasks.cs224n import CourseTask
+from course_lib.tasks.metrics import shown
 from course_lib.tasks.registry import get_family, get_task, run_task
 from course_lib.tasks.span_qa import SPAN_QA
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, TrainingRunConfig
 from course_lib.errors import UsageError
 from course_lib.model.heads import ClassifierOutput, SequenceClassifier
-from course_lib.training.compiled import check_compile, step_collate
+from course_lib.training.compiled import step_collate
 from course_lib.training.loop import Job, TrainingLoop, add_stats, finished_run, open_run, present_stats
 from course_lib.training.task_schedules import epoch_plan, schedule_alpha
 from course_lib.repro import METRICS, WEIGHTS, atomic_write, remove_stale_temporaries, seed_everything
@@ -183,8 +184,10 @@ class MultitaskJob(Job):
                                  "schedule_alpha": schedule_alpha(cfg.schedule, epoch, cfg.epochs,
                                                                   cfg.schedule_alpha_end),
                                  "tasks": per_task, "overall": overall_score(self.tasks, per_task)})
-        self.loop.accelerator.print(f"epoch {epoch + 1}: overall {state['history'][-1]['overall']:.4f}; " + ", ".join(
-            f"{t.name} {t.metrics[0]} {per_task[t.name][t.dev_splits[0]][t.metrics[0]]:.4f}" for t in self.tasks))
+        main = {t.name: shown(t.metrics[0], per_task[t.name][t.dev_splits[0]][t.metrics[0]],
+                              get_family(t.family).percent_scores) for t in self.tasks}
+        self.loop.accelerator.print(f"epoch {epoch + 1}: overall {shown('overall', state['history'][-1]['overall'])}; "
+                                    + ", ".join(f"{t.name} {t.metrics[0]} {main[t.name]}" for t in self.tasks))
 
     def summary(self, state: dict, status: str) -> dict:
         result = {"kind": "multitask", "config": self.cfg.to_dict(), "tasks": [t.name for t in self.tasks],
@@ -221,7 +224,6 @@ def train_multitask(cfg: MultitaskConfig) -> dict:
     if done is not None:
         return done  # the same command after completion costs nothing
     check_runnable(cfg)  # fp16 without a GPU, sequences longer than the model's positions
-    check_compile(cfg.compile)  # CUDA graphs without a GPU
     tasks = bound_tasks(cfg)
     accelerator = open_run(cfg, out, "multitask")
     seed_everything(cfg.seed)

@@ -40,7 +40,6 @@ from course_lib.model.bert import BertModel
 from course_lib.model.config import BertConfig, check_mixed_precision
 from course_lib.training.config import PretrainConfig
 from course_lib.errors import UsageError
-from course_lib.training.compiled import check_compile
 from course_lib.training.loop import Job, TrainingLoop, finished_run, open_run
 from course_lib.training.tracking import scalars
 from course_lib.training.mlm_data import IGNORE, load_corpus, mask_tokens, pack_blocks, pad_blocks, step_generator
@@ -294,7 +293,6 @@ def pretrain(cfg: PretrainConfig) -> dict:
     if done is not None:
         return done  # the same command after completion costs nothing
     check_mixed_precision(cfg.mixed_precision)  # fp16 without a GPU
-    check_compile(cfg.compile)  # CUDA graphs without a GPU
     tokenizer = load_tokenizer(tokenizer_dir(cfg.tokenizer))  # a missing vocabulary stops here, before any file
     accelerator = open_run(cfg, out, "pretrain")
     lines, corpus = load_corpus(cfg)
