@@ -439,7 +439,8 @@ def one_line(error: str | None) -> str:
 
 
 def dev_summary(run: Run) -> str:
-    """The run's dev metrics in one line (scores in points), with its warnings (all predictions one class, say) after them."""
+    """The run's dev metrics in one line (scores in points), with its warnings (all predictions one class, say)
+    after them."""
     metrics = read_json(run.folder / METRICS)
     in_points = metrics.get("family") is not None and get_family(metrics["family"]).percent_scores
     scores = ", ".join(f"{split} {name} {shown(name, value, in_points)}" for split, values in sorted(metrics.items())

@@ -243,7 +243,7 @@ class FinetuneJob(Job):
         entry.update({k: (torch.tensor(v, dtype=torch.float64) / taken).tolist()
                       for k, v in stats.items() if taken})  # e.g. ASA's masking proportion per layer
         state["history"].append({**entry, **scores})
-        in_points = get_family(self.task.family).percent_scores
+        in_points = self.family.percent_scores
         self.loop.accelerator.print(f"epoch {epoch + 1}: " + ", ".join(
             f"{s} {k} {shown(k, v, in_points)}" for s in self.task.dev_splits for k, v in scores[s].items()))
 
