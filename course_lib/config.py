@@ -171,21 +171,6 @@ class Validated:
             values.update(value.to_dict() if isinstance(value, Validated) else {f.name: value})
         return values
 
-    @classmethod
-    def reads(cls, key: str, task) -> bool:
-        """Whether a run on `task` (a task preset) reads option `key` at all: a report leaves an option no run of
-        that task reads out of its label (ASA's regression divergence on a classification task)."""
-        return True
-
-    def defaults(self) -> dict:
-        """Each field's value when not given, as this config resolves it (a SQuAD run's max_len is 384)."""
-        return self.unset().to_dict()
-
-    def unset(self) -> "Validated":
-        """This config with every field left at its default; subclasses keep the fields that decide what the
-        others default to (a fine-tuning run's task and method)."""
-        return type(self)()
-
 
 def described(*default_and_help, **field_options) -> dataclasses.Field:
     """A config field with its --help text beside its default: `lr: float = described(2e-5, "peak learning rate")`,

@@ -21,7 +21,7 @@ from course_lib.training.config import FinetuneConfig, MultitaskConfig, Pretrain
 from course_lib.errors import UsageError, yaml_float_hint
 from course_lib.tasks.glue import GLUE_TASKS
 from course_lib.tasks.registry import every_task
-from course_lib.model.weights import check_fits_model
+from course_lib.model.weights import check_fits_model, default_model_dir
 
 CONFIGS = {"finetune": FinetuneConfig, "pretrain": PretrainConfig, "multitask": MultitaskConfig}
 
@@ -52,9 +52,9 @@ def test_max_len_beyond_the_models_positions_exits_2_before_training(tiny_model_
 
 
 def test_max_len_that_fits_passes_the_check(tiny_model_dir):
-    check_fits_model(64, str(tiny_model_dir))
+    check_fits_model(64, tiny_model_dir)
     with pytest.raises(UsageError, match="max_len 513 is more than the model's max_position_embeddings 512"):
-        check_fits_model(513, None)  # the packaged MiniLM
+        check_fits_model(513, default_model_dir())  # the packaged MiniLM
 
 
 @pytest.mark.parametrize("command", ["finetune", "multitask"])

@@ -168,22 +168,24 @@ def test_bf16_probe_runs_only_the_probes_in_bfloat16(tiny_model_dir, keyword_glu
 
     from course_lib.tasks import glue, sentence
     from course_lib.training.config import FinetuneConfig
-    from course_lib.training.finetune import build_classifier, encoder_overrides, epoch_features, predict
-    from course_lib.model.weights import load_pretrained
+    from course_lib.training.finetune import epoch_features, predict
+    from course_lib.training.run import resolve
+    from course_lib.training.task_model import build_classifier, load_encoder
 
-    task = glue.get_task("sst2")
     dtypes = {}
     for bf16 in (False, True):
         cfg = FinetuneConfig.from_dict(dict(model=str(tiny_model_dir), method="ssa-co", max_len=32,
-                                            ssa_probe_bf16=bf16))
-        encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
-        model = build_classifier(cfg, encoder, task, tokenizer)
-        train = sentence.encode_examples(glue.load_split(task, "train", str(keyword_glue)), tokenizer, cfg.max_len)
-        own = predict(model, train, 64, Accelerator(cpu=True), tokenizer.pad_token_id, task).long().tolist()
+                                            ssa_probe_bf16=bf16, glue_dir=str(keyword_glue)))
+        run = resolve(cfg)
+        encoder, tokenizer = load_encoder(run)
+        model = build_classifier(run, encoder, tokenizer)
+        train = sentence.encode_examples(glue.load_split(run.task, "train", str(keyword_glue)), tokenizer, cfg.max_len)
+        own = predict(model, train, 64, Accelerator(cpu=True), tokenizer.pad_token_id, run.task,
+                      run.family).long().tolist()
         train = [{**f, "label": y} for f, y in zip(train, own)]  # gold = the model's own class: every one is probed
         seen = []
         model.encoder.layers[0].ffn.up.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
-        _, stats = epoch_features(cfg, 1, train, model, task, tokenizer, Accelerator(cpu=True), tmp_path / str(bf16))
+        _, stats = epoch_features(run, 1, train, model, tokenizer, Accelerator(cpu=True), tmp_path / str(bf16))
         assert stats["probes"] > 0
         dtypes[bf16] = set(seen)
         seen.clear()

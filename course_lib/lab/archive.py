@@ -51,4 +51,16 @@ def archived_difference(saved: dict, config) -> str | None:
     run did then (`SAVED_BEFORE`), else today's default for that run (a SQuAD run's max_len: 384)."""
     if isinstance(config, Validated):
         saved = with_old_defaults(type(config), saved)
-    return first_difference({**config.defaults(), **saved}, config)
+    return first_difference({**defaults_of(config), **saved}, config)
+
+
+CHOOSING = ("task", "task_type", "method")  # the fields that decide what others default to (SQuAD's max_len)
+
+
+def defaults_of(config) -> dict:
+    """Each field's value when not given, as a run of this config's task and method resolves it (a SQuAD run's
+    max_len is 384); a notebook run's, its notebook's."""
+    if not isinstance(config, Validated):
+        return config.defaults()
+    fields = type(config).__dataclass_fields__
+    return type(config)(**{k: getattr(config, k) for k in CHOOSING if k in fields}).to_dict()

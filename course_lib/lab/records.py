@@ -23,6 +23,16 @@ from course_lib.tasks.registry import find_task, get_family
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
 
 METHOD_PREFIXES = ("ssa_", "asa_", "sparsegen_", "bernoulli_", "ag_")  # a method's own settings
+READ_ON = {  # options a run reads only on some tasks (a table leaves them out of the others' labels): ASA's
+    # divergence of a tagger's outputs, and of a regressor's (one score per sentence)
+    "asa_tagging_divergence": lambda task: task.family == "tagging",
+    "asa_regression_divergence": lambda task: task.family == "sentence" and getattr(task, "num_labels", None) == 1,
+}
+
+
+def task_reads(key: str, task) -> bool:
+    """Whether a run on `task` (a task preset; None: unknown here) reads option `key` at all."""
+    return task is None or READ_ON.get(key, lambda _: True)(task)
 LOWER_IS_BETTER = ("loss", "perplexity")  # metric names containing these improve downwards
 
 
@@ -88,7 +98,7 @@ class RunKind:
         preset = find_task(task)
         return {k: v for k, v in sorted(config.items())
                 if self.is_method_field(k) and k not in self.method_fields and v != self.defaults.get(k)
-                and (options is None or preset is None or options.reads(k, preset))}
+                and (options is None or task_reads(k, preset))}
 
     def reads(self, config: dict, task: str, key: str) -> bool:
         """Whether a run with this config, on `task`, reads setting `key`: a field of its kind's own, or an
@@ -110,7 +120,7 @@ def _keys_read(config_class: type, choice: str, task: str) -> frozenset[str]:
     preset = find_task(task)
     own = {f.name for f in dataclasses.fields(config_class)} - set(nested)
     options = {f.name for klass in nested.values() for f in dataclasses.fields(klass)
-               if preset is None or klass.reads(f.name, preset)}
+               if task_reads(f.name, preset)}
     return frozenset(own | options)
 
 

@@ -378,15 +378,6 @@ class TwoPassOptions(Validated):
     choices = {"asa_tagging_divergence": tuple(TAGGING_DIVERGENCES),
                "asa_regression_divergence": tuple(REGRESSION_DIVERGENCES), "asa_cut_row": tuple(CUT_ROWS)}
 
-    @classmethod
-    def reads(cls, key: str, task) -> bool:
-        """The divergences of one kind of output: a tagger's, a regressor's (one score per sentence)."""
-        if key == "asa_tagging_divergence":
-            return task.family == "tagging"
-        if key == "asa_regression_divergence":
-            return task.family == "sentence" and getattr(task, "num_labels", None) == 1
-        return True
-
 
 @dataclass
 class ASAOptions(TwoPassOptions):

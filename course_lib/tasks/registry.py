@@ -107,10 +107,11 @@ class CustomTask:
 
 def run_task(cfg):
     """The run's task: its preset bound to the run's files and options, ready to read (custom: made from them)."""
-    if cfg.task_type is not None and get_task(cfg.task).name != CustomTask.name:
+    preset = get_task(cfg.task)
+    if cfg.task_type is not None and preset.name != CustomTask.name:
         raise UsageError(f"--task-type {cfg.task_type} is for --task custom only; {cfg.task} is a preset that knows "
                          f"its own kind")
-    return get_task(cfg.task).bind(cfg)
+    return preset.bind(cfg)
 
 
 def family_of(task: str, task_type: str | None) -> TaskFamily:

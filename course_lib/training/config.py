@@ -165,9 +165,6 @@ class FinetuneConfig(TrainingRunConfig):
             owners.update(family_option_owners())  # (this loads every family)
         return owners
 
-    def unset(self) -> "FinetuneConfig":  # max_len's default is the task's (SQuAD: 384)
-        return FinetuneConfig(task=self.task, task_type=self.task_type, method=self.method)
-
 
 @dataclass
 class PretrainConfig(RunConfig):
@@ -232,9 +229,6 @@ class PretrainConfig(RunConfig):
     @classmethod
     def foreign(cls, values: dict) -> dict[str, str]:
         return pretrain_option_owners()
-
-    def unset(self) -> "PretrainConfig":
-        return PretrainConfig(method=self.method)
 
 
 MODEL_SHAPE = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "hidden_dropout_prob",

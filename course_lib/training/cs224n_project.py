@@ -31,12 +31,14 @@ from accelerate import Accelerator
 from torch import nn
 
 from course_lib.model.pair_heads import SeparatePairClassifier
+from course_lib.model.weights import resolve_model_dir
 from course_lib.repro import atomic_write
 from course_lib.tasks.cs224n import CourseTask
 from course_lib.tasks.metrics import compute_metrics
 from course_lib.training.config import MultitaskConfig
 from course_lib.training.finetune import predict
-from course_lib.training.multitask import MultitaskBert, bound_tasks, encode_task, load_multitask, train_multitask
+from course_lib.training.multitask import MultitaskBert, encode_task, load_multitask, task_runs, train_multitask
+from course_lib.training.run import Run
 
 PREDICTIONS = "predictions"
 
@@ -135,17 +137,17 @@ class CourseModel(nn.Module):
 # The run and its deliverables
 
 
-def predict_examples(cfg: MultitaskConfig, model: MultitaskBert, task, examples: list, tokenizer,
+def predict_examples(cfg: MultitaskConfig, model: MultitaskBert, run: Run, examples: list, tokenizer,
                      accelerator: Accelerator) -> list[float]:
     """The run's predictions for examples (class ids, or scores), as its evaluation makes them. A test-student
     row has no label; its feature gets a placeholder the predictions never read."""
-    features = encode_task(cfg, task, examples, tokenizer, training=False)
+    features = encode_task(cfg, run, examples, tokenizer, training=False)
     for f in features:
         if f["label"] is None:
             f["label"] = 0
     with torch.no_grad():
-        return predict(model.heads[task.name], features, cfg.eval_batch_size, accelerator, tokenizer.pad_token_id,
-                       task).tolist()
+        return predict(model.heads[run.task.name], features, cfg.eval_batch_size, accelerator,
+                       tokenizer.pad_token_id, run.task, run.family).tolist()
 
 
 def write_deliverables(cfg: MultitaskConfig, out: Path) -> dict:
@@ -154,15 +156,16 @@ def write_deliverables(cfg: MultitaskConfig, out: Path) -> dict:
     model, tokenizer = load_multitask(out)
     accelerator = Accelerator()
     model.to(accelerator.device)
-    tasks = {t.name: t for t in bound_tasks(cfg)}
+    runs = {r.task.name: r for r in task_runs(cfg, resolve_model_dir(cfg.model))}
     scores = {}
     for role in ROLES:
-        task: CourseTask = tasks[role.task]
+        run = runs[role.task]
+        task: CourseTask = run.task
         splits = {"dev": task.load("dev")}
         if task.unlabelled_path is not None:
             splits["test"] = task.load("test-student")
         for split, examples in splits.items():
-            values = predict_examples(cfg, model, task, examples, tokenizer, accelerator)
+            values = predict_examples(cfg, model, run, examples, tokenizer, accelerator)
             if accelerator.is_main_process:
                 write_course_predictions(out / PREDICTIONS / f"{role.prefix}-{split}-output.csv", role,
                                          [ex.id for ex in examples], values)

@@ -20,7 +20,6 @@ import math
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -31,36 +30,16 @@ from course_lib.tasks import batching, sentence, sources
 from course_lib.tasks.metrics import shown
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.export import export_if_asked
-from course_lib.training.task_model import build_classifier, encoder_overrides
+from course_lib.training.run import Run, resolve
+from course_lib.training.task_model import build_classifier, load_encoder
 from course_lib.model.heads import SequenceClassifier
 from course_lib.training.compiled import step_collate
 from course_lib.training.loop import Job, TrainingLoop, add_stats, finished_run, open_run, present_stats
 from course_lib.repro import WEIGHTS
-from course_lib.methods.registry import EpochContext, Method, get_method
-from course_lib.tasks.registry import TaskFamily, get_family, run_task
+from course_lib.methods.registry import EpochContext
+from course_lib.tasks.registry import TaskFamily
 from course_lib.repro import atomic_write, progress, save_torch, seed_everything
-from course_lib.model.weights import check_runnable, load_pretrained
-
-
-@dataclass(frozen=True)
-class Run:
-    """A fine-tuning run's names resolved once: its config, its task bound to the run's files, the task's
-    family and the run's method. The job, the data and the model read these instead of asking the registries
-    again."""
-
-    cfg: FinetuneConfig
-    task: object
-    family: TaskFamily
-    method: Method
-
-
-def resolve(cfg: FinetuneConfig) -> Run:
-    """The run's task (a missing file or column stops here), family and method (one that does not apply to the
-    task's family stops here), before anything is written."""
-    task = run_task(cfg)
-    method = get_method(cfg.method)
-    method.check_family(task.family)
-    return Run(cfg, task, get_family(task.family), method)
+from course_lib.model.weights import check_runnable
 
 
 def predictions_file(split: str, family) -> str:
@@ -70,7 +49,7 @@ def predictions_file(split: str, family) -> str:
 
 @torch.no_grad()
 def predict(model: SequenceClassifier, features: list[dict], batch_size: int, accelerator: Accelerator,
-            pad_token_id: int, task):
+            pad_token_id: int, task, family: TaskFamily):
     """The task family's predictions for the features (sentence: class ids or scores, one per feature, in
     order; span QA: an answer per question); batches are shared across processes, and the family decodes
     the gathered outputs.
@@ -78,7 +57,6 @@ def predict(model: SequenceClassifier, features: list[dict], batch_size: int, ac
     Batches hold similar lengths (longest first), so little compute goes to padding: SSA's probing, which runs
     this over the training set every epoch, takes about half the time it does on batches in file order.
     """
-    family = get_family(task.family)
     return family.decode(task, output_rows(model, features, batch_size, accelerator, pad_token_id, family), features)
 
 
@@ -103,7 +81,7 @@ def output_rows(model, features: list[dict], batch_size: int, accelerator: Accel
     return ordered
 
 
-def evaluate(model, task, dev_sets: dict[str, list[dict]], batch_size: int, accelerator: Accelerator,
+def evaluate(model, task, family: TaskFamily, dev_sets: dict[str, list[dict]], batch_size: int, accelerator: Accelerator,
              pad_token_id: int = 0, degenerate: list[str] | None = None,
              predictions: dict | None = None) -> dict[str, dict[str, float]]:
     """Metrics per dev split, as the task's family scores them (GLUE's names: accuracy, f1, ...).
@@ -112,9 +90,9 @@ def evaluate(model, task, dev_sets: dict[str, list[dict]], batch_size: int, acce
     they get a warning line in the log and, when `degenerate` is given, a line appended to it. When
     `predictions` is given, each split's (predictions, metrics) are stored in it.
     """
-    results, family = {}, get_family(task.family)
+    results = {}
     for split, features in dev_sets.items():
-        preds = predict(model, features, batch_size, accelerator, pad_token_id, task)
+        preds = predict(model, features, batch_size, accelerator, pad_token_id, task, family)
         results[split], problem = family.score(task, preds, features)
         if predictions is not None:
             predictions[split] = (preds, results[split])
@@ -126,21 +104,21 @@ def evaluate(model, task, dev_sets: dict[str, list[dict]], batch_size: int, acce
     return results
 
 
-def dev_entry(model, task, dev_sets: dict[str, list[dict]], batch_size: int, accelerator: Accelerator,
+def dev_entry(model, task, family: TaskFamily, dev_sets: dict[str, list[dict]], batch_size: int, accelerator: Accelerator,
               pad_token_id: int = 0, predictions: dict | None = None) -> dict:
     """The dev part of an epoch's history entry, for finetune and multitask alike: `evaluate`'s metrics per
     split, plus `warnings` (a line per degenerate split) only when there are some."""
     degenerate: list[str] = []
-    metrics = evaluate(model, task, dev_sets, batch_size, accelerator, pad_token_id, degenerate, predictions)
+    metrics = evaluate(model, task, family, dev_sets, batch_size, accelerator, pad_token_id, degenerate, predictions)
     return {**metrics, "warnings": degenerate} if degenerate else metrics
 
 
-def epoch_features(cfg: FinetuneConfig, epoch: int, train: list[dict], model, task, tokenizer,
-                   accelerator: Accelerator, out: Path) -> tuple[list[dict], dict]:
+def epoch_features(run: Run, epoch: int, train: list[dict], model, tokenizer, accelerator: Accelerator,
+                   out: Path) -> tuple[list[dict], dict]:
     """The training set of one epoch: the method's `epoch_data` (SSA relabels it by probing the current model,
     BERT-mask swaps in masked copies), cached in the output folder so a run resumed mid-epoch trains on the same
     set; the encoded set itself for methods without one."""
-    hook = get_method(cfg.method).epoch_data
+    cfg, task, hook = run.cfg, run.task, run.method.epoch_data
     if hook is None:
         return train, {}
     cache = out / f"epoch{epoch + 1}_train.pt"
@@ -150,7 +128,7 @@ def epoch_features(cfg: FinetuneConfig, epoch: int, train: list[dict], model, ta
         def probe(feats: list[dict], bf16: bool = False) -> list:
             with torch.autocast(accelerator.device.type, torch.bfloat16) if bf16 else nullcontext():
                 preds = predict(model, feats, cfg.eval_batch_size, accelerator, tokenizer.pad_token_id,
-                                task).tolist()
+                                task, run.family).tolist()
             return preds if task.is_regression else [round(p) for p in preds]
 
         special = batching.special_token_ids(tokenizer)
@@ -183,16 +161,17 @@ def batch_loss(model, features: list[dict], pad_id: int, accelerator: Accelerato
     return out.loss * weight, out.stats
 
 
-def task_examples(cfg: FinetuneConfig, task) -> tuple[list, dict[str, list]]:
+def task_examples(run: Run) -> tuple[list, dict[str, list]]:
     """(training examples, dev examples per split) as the task's family reads them, each capped by the
     config's debug limits."""
-    train = batching.subsample(get_family(task.family).read(task, "train", cfg), cfg.max_train_samples, cfg.seed)
-    return train, {s: dev_examples(cfg, task, s) for s in task.dev_splits}
+    cfg = run.cfg
+    train = batching.subsample(run.family.read(run.task, "train", cfg), cfg.max_train_samples, cfg.seed)
+    return train, {s: dev_examples(cfg, run.task, run.family, s) for s in run.task.dev_splits}
 
 
-def dev_examples(cfg: FinetuneConfig, task, split: str) -> list:
+def dev_examples(cfg: FinetuneConfig, task, family: TaskFamily, split: str) -> list:
     """One dev split as the run scores it: the family's reader, then the config's seeded cap."""
-    return batching.subsample(get_family(task.family).read(task, split, cfg), cfg.max_eval_samples, cfg.seed)
+    return batching.subsample(family.read(task, split, cfg), cfg.max_eval_samples, cfg.seed)
 
 
 class FinetuneJob(Job):
@@ -201,7 +180,7 @@ class FinetuneJob(Job):
 
     def __init__(self, run: Run, train: list[dict], dev: dict[str, list[dict]], tokenizer, out: Path):
         cfg = run.cfg
-        self.cfg, self.task, self.family, self.method = cfg, run.task, run.family, run.method
+        self.run, self.cfg, self.task, self.family, self.method = run, cfg, run.task, run.family, run.method
         self.train, self.dev, self.tokenizer, self.out = train, dev, tokenizer, out
         self.segments, self.pad_id = cfg.epochs, tokenizer.pad_token_id
         self.steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
@@ -211,8 +190,8 @@ class FinetuneJob(Job):
 
     def plan(self, epoch: int) -> list:
         loop = self.loop
-        self.epoch_train, self.epoch_stats = epoch_features(self.cfg, epoch, self.train, loop.model, self.task,
-                                                            self.tokenizer, loop.accelerator, self.out)
+        self.epoch_train, self.epoch_stats = epoch_features(self.run, epoch, self.train, loop.model, self.tokenizer,
+                                                            loop.accelerator, self.out)
         length = self.family.length
         return batching.epoch_batches([length(f) for f in self.epoch_train], self.cfg.batch_size, self.cfg.seed,
                                   epoch, shuffle=True, bucket=self.cfg.bucket_by_length)
@@ -234,8 +213,8 @@ class FinetuneJob(Job):
         add_stats(totals, state, ("epoch_stats",), ("epoch_seen",), record["stats"], taken)  # e.g. ASA's cut shares
 
     def end_segment(self, epoch: int, state: dict) -> None:
-        scores = dev_entry(self.loop.model, self.task, self.dev, self.cfg.eval_batch_size, self.loop.accelerator,
-                           self.pad_id, self.predictions)
+        scores = dev_entry(self.loop.model, self.task, self.family, self.dev, self.cfg.eval_batch_size,
+                           self.loop.accelerator, self.pad_id, self.predictions)
         taken = state.pop("epoch_taken", 0)
         entry = {"epoch": epoch + 1, "train_loss": state.pop("epoch_loss", 0.0) / taken if taken else None,
                  **self.epoch_stats}
@@ -274,15 +253,14 @@ def finetune(cfg: FinetuneConfig) -> dict:
         export_if_asked(cfg, out)
         return done  # the same command after completion costs nothing
     run = resolve(cfg)
-    task = run.task
-    check_runnable(cfg)  # fp16 without a GPU, sequences longer than the model's positions
+    check_runnable(cfg, run.model_dir)  # fp16 without a GPU, sequences longer than the model's positions
     accelerator = open_run(cfg, out)
     seed_everything(cfg.seed)
-    train_examples, dev_examples = task_examples(cfg, task)
-    if (note := sources.skipped_test_note(task, cfg)) is not None:
+    train_examples, dev_examples = task_examples(run)
+    if (note := sources.skipped_test_note(run.task, cfg)) is not None:
         accelerator.print(note)
-    encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
-    model = build_classifier(cfg, encoder, task, tokenizer)
+    encoder, tokenizer = load_encoder(run)
+    model = build_classifier(run, encoder, tokenizer)
     encode = run.family.encode
     train = encode(train_examples, tokenizer, cfg, training=True)
     dev = {s: encode(ex, tokenizer, cfg, training=False) for s, ex in dev_examples.items()}

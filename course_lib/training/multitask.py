@@ -30,11 +30,10 @@ import torch
 from safetensors.torch import save as safetensors_save
 from torch import nn
 
-from course_lib.methods.registry import get_method
 from course_lib.model.pair_heads import SeparatePairClassifier, encode_separately
 from course_lib.tasks.cs224n import CourseTask
 from course_lib.tasks.metrics import shown
-from course_lib.tasks.registry import get_family, get_task, run_task
+from course_lib.tasks.registry import get_task
 from course_lib.tasks.span_qa import SPAN_QA
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, TrainingRunConfig
 from course_lib.errors import UsageError
@@ -43,8 +42,10 @@ from course_lib.training.compiled import step_collate
 from course_lib.training.loop import Job, TrainingLoop, add_stats, finished_run, open_run, present_stats
 from course_lib.training.task_schedules import epoch_plan, schedule_alpha
 from course_lib.repro import METRICS, WEIGHTS, atomic_write, remove_stale_temporaries, seed_everything
-from course_lib.training.finetune import batch_loss, build_classifier, dev_entry, epoch_features, task_examples
-from course_lib.model.weights import check_runnable, load_pretrained
+from course_lib.training.finetune import batch_loss, dev_entry, epoch_features, task_examples
+from course_lib.training.run import Run, resolve
+from course_lib.training.task_model import build_classifier
+from course_lib.model.weights import check_runnable, load_from_folder, resolve_model_dir
 
 # ----------------------------------------------------------------------------------------------
 # The model
@@ -83,27 +84,35 @@ def task_config(cfg: MultitaskConfig, name: str) -> FinetuneConfig:
                           data_dir=cfg.data_dir if isinstance(task, CourseTask) else None)
 
 
-def build_multitask(cfg: MultitaskConfig, encoder, tokenizer) -> MultitaskBert:
+def task_runs(cfg: MultitaskConfig, model_dir: Path) -> list[Run]:
+    """Each task's single-task run (`task_config`), resolved before anything loads: a missing file, or the method
+    on a task family it does not apply to, stops the run here."""
+    return [resolve(task_config(cfg, name), model_dir) for name in cfg.task_names()]
+
+
+def build_multitask(cfg: MultitaskConfig, encoder, tokenizer, runs: list[Run] | None = None) -> MultitaskBert:
     """Each task's head on one encoder, in the order of cfg.tasks: exactly as finetune builds it, or a
-    bi-encoder head for a pair task encoded separately. With option "pretrain" the encoder is frozen."""
+    bi-encoder head for a pair task encoded separately. With option "pretrain" the encoder is frozen.
+    runs: the tasks' resolved runs (None: resolved here)."""
     separate = cfg.separate_pair_tasks()
 
-    def head(name: str) -> SequenceClassifier:
-        task = get_task(name)
-        if name in separate:
-            return SeparatePairClassifier(encoder, task.num_labels, cfg.classifier_dropout, tokenizer.pad_token_id)
-        return build_classifier(task_config(cfg, name), encoder, task, tokenizer)
+    def head(run: Run) -> SequenceClassifier:
+        if run.task.name in separate:
+            return SeparatePairClassifier(encoder, run.task.num_labels, cfg.classifier_dropout,
+                                          tokenizer.pad_token_id)
+        return build_classifier(run, encoder, tokenizer)
 
-    model = MultitaskBert(encoder, {name: head(name) for name in cfg.task_names()})
+    runs = task_runs(cfg, resolve_model_dir(cfg.model)) if runs is None else runs
+    model = MultitaskBert(encoder, {run.task.name: head(run) for run in runs})
     encoder.requires_grad_(cfg.option != "pretrain")  # the course's --option pretrain: only the heads train
     return model
 
 
-def encode_task(cfg: MultitaskConfig, task, examples: list, tokenizer, training: bool) -> list[dict]:
+def encode_task(cfg: MultitaskConfig, run: Run, examples: list, tokenizer, training: bool) -> list[dict]:
     """A task's features as its family encodes them, or both sentences of a pair apart (pair_encoding separate)."""
-    if task.name in cfg.separate_pair_tasks():
+    if run.task.name in cfg.separate_pair_tasks():
         return encode_separately(examples, tokenizer, cfg.max_len)
-    return get_family(task.family).encode(examples, tokenizer, task_config(cfg, task.name), training=training)
+    return run.family.encode(examples, tokenizer, run.cfg, training=training)
 
 
 def overall_score(tasks: list, dev: dict[str, dict]) -> float:
@@ -120,15 +129,14 @@ class MultitaskJob(Job):
     """Multitask training as the loop sees it: each epoch every task's (relabelled) training set, interleaved by
     the task schedule, one task per batch; at its end each task's dev metrics and the overall score."""
 
-    def __init__(self, cfg: MultitaskConfig, tasks: list, train: dict, dev: dict, tokenizer,
-                 out: Path):
-        self.cfg, self.tasks, self.train, self.dev, self.tokenizer, self.out = cfg, tasks, train, dev, tokenizer, out
-        self.views = {t.name: task_config(cfg, t.name) for t in tasks}
-        self.families = {t.name: get_family(t.family) for t in tasks}
-        self.collates = {t.name: step_collate(self.families[t.name].collate, cfg.compile, self.views[t.name].max_len)
-                         for t in tasks}  # padded under `graphs`
+    def __init__(self, cfg: MultitaskConfig, runs: list[Run], train: dict, dev: dict, tokenizer, out: Path):
+        self.cfg, self.train, self.dev, self.tokenizer, self.out = cfg, train, dev, tokenizer, out
+        self.runs, self.tasks = {r.task.name: r for r in runs}, [r.task for r in runs]
+        self.families = {r.task.name: r.family for r in runs}
+        self.collates = {r.task.name: step_collate(r.family.collate, cfg.compile, r.cfg.max_len)
+                         for r in runs}  # padded under `graphs`
         self.segments, self.pad_id = cfg.epochs, tokenizer.pad_token_id
-        self.steps_per_epoch = sum(math.ceil(len(train[t.name]) / cfg.batch_size) for t in tasks)
+        self.steps_per_epoch = sum(math.ceil(len(train[t.name]) / cfg.batch_size) for t in self.tasks)
         self.epoch_train, self.epoch_stats = {}, {}
 
     def plan(self, epoch: int) -> list:
@@ -136,7 +144,7 @@ class MultitaskJob(Job):
         with loop.accelerator.autocast():  # heads are called directly, past the prepared model's autocast wrapper
             for t in self.tasks:
                 self.epoch_train[t.name], self.epoch_stats[t.name] = epoch_features(
-                    self.views[t.name], epoch, self.train[t.name], loop.base.heads[t.name], t, self.tokenizer,
+                    self.runs[t.name], epoch, self.train[t.name], loop.base.heads[t.name], self.tokenizer,
                     loop.accelerator, self.out / t.name)
         lengths = [[self.families[t.name].length(f) for f in self.epoch_train[t.name]] for t in self.tasks]
         return epoch_plan(cfg.schedule, lengths, cfg.batch_size, cfg.seed, epoch, cfg.epochs, cfg.schedule_alpha_end, cfg.bucket_by_length)
@@ -172,8 +180,8 @@ class MultitaskJob(Job):
             taken = totals.pop("taken", 0)
             epoch_loss, epoch_taken = epoch_loss + totals["loss"], epoch_taken + taken
             with self.loop.accelerator.autocast():
-                metrics = dev_entry(self.loop.base.heads[t.name], t, self.dev[t.name], self.cfg.eval_batch_size,
-                                    self.loop.accelerator, self.pad_id)
+                metrics = dev_entry(self.loop.base.heads[t.name], t, self.families[t.name], self.dev[t.name],
+                                    self.cfg.eval_batch_size, self.loop.accelerator, self.pad_id)
             per_task[t.name] = {"steps": n, "train_loss": totals.pop("loss") / taken if taken else None,
                                 **self.epoch_stats[t.name],
                                 **{key: v / taken for key, v in present_stats(totals, seen).items() if taken},
@@ -185,7 +193,7 @@ class MultitaskJob(Job):
                                                                   cfg.schedule_alpha_end),
                                  "tasks": per_task, "overall": overall_score(self.tasks, per_task)})
         main = {t.name: shown(t.metrics[0], per_task[t.name][t.dev_splits[0]][t.metrics[0]],
-                              get_family(t.family).percent_scores) for t in self.tasks}
+                              self.families[t.name].percent_scores) for t in self.tasks}
         self.loop.accelerator.print(f"epoch {epoch + 1}: overall {shown('overall', state['history'][-1]['overall'])}; "
                                     + ", ".join(f"{t.name} {t.metrics[0]} {main[t.name]}" for t in self.tasks))
 
@@ -206,16 +214,6 @@ class MultitaskJob(Job):
         atomic_write(self.out / WEIGHTS, lambda f: f.write(safetensors_save(self.loop.base.unique_state_dict())))
 
 
-def bound_tasks(cfg: MultitaskConfig) -> list:
-    """Each task's preset bound to its files, before anything loads: a missing file, or the method on a task family
-    it does not apply to, stops the run here."""
-    tasks = [run_task(task_config(cfg, name)) for name in cfg.task_names()]
-    for t in tasks:
-        if t.name in cfg.ssa_task_names():
-            get_method(cfg.ssa_method).check_family(t.family)
-    return tasks
-
-
 def train_multitask(cfg: MultitaskConfig) -> dict:
     """Train all tasks on one encoder, evaluate each on its dev split every epoch, checkpoint, resume;
     return the metrics.json content (per task and epoch, plus `overall`)."""
@@ -223,20 +221,21 @@ def train_multitask(cfg: MultitaskConfig) -> dict:
     done = finished_run(out, cfg)
     if done is not None:
         return done  # the same command after completion costs nothing
-    check_runnable(cfg)  # fp16 without a GPU, sequences longer than the model's positions
-    tasks = bound_tasks(cfg)
+    model_dir = resolve_model_dir(cfg.model)
+    check_runnable(cfg, model_dir)  # fp16 without a GPU, sequences longer than the model's positions
+    runs = task_runs(cfg, model_dir)
     accelerator = open_run(cfg, out, "multitask")
     seed_everything(cfg.seed)
-    encoder, tokenizer = load_pretrained(cfg.model)
-    model = build_multitask(cfg, encoder, tokenizer)
+    encoder, tokenizer = load_from_folder(model_dir)
+    model = build_multitask(cfg, encoder, tokenizer, runs)
     train, dev = {}, {}
-    for t in tasks:
-        examples, dev_examples = task_examples(task_config(cfg, t.name), t)
-        train[t.name] = encode_task(cfg, t, examples, tokenizer, training=True)
-        dev[t.name] = {s: encode_task(cfg, t, ex, tokenizer, training=False) for s, ex in dev_examples.items()}
-    for folder in (out / t.name for t in tasks if (out / t.name).is_dir()):  # task folders hold SSA's caches
+    for run in runs:
+        name, (examples, dev_examples) = run.task.name, task_examples(run)
+        train[name] = encode_task(cfg, run, examples, tokenizer, training=True)
+        dev[name] = {s: encode_task(cfg, run, ex, tokenizer, training=False) for s, ex in dev_examples.items()}
+    for folder in (out / r.task.name for r in runs if (out / r.task.name).is_dir()):  # they hold SSA's caches
         remove_stale_temporaries(folder)
-    job = MultitaskJob(cfg, tasks, train, dev, tokenizer, out)
+    job = MultitaskJob(cfg, runs, train, dev, tokenizer, out)
     total_steps = job.steps_per_epoch * cfg.epochs
     return TrainingLoop(cfg, out, accelerator, model, total_steps, round(cfg.warmup_ratio * total_steps)).run(job)
 
@@ -255,8 +254,9 @@ def load_multitask(output_dir) -> tuple[MultitaskBert, object]:
         raise UsageError(f"{out} holds no completed multitask run ({METRICS} and {WEIGHTS}): run train_multitask "
                          f"there first")
     cfg = MultitaskConfig.from_dict(json.loads((out / METRICS).read_text())["config"], others="drop")
-    encoder, tokenizer = load_pretrained(cfg.model)
-    model = build_multitask(cfg, encoder, tokenizer)
+    model_dir = resolve_model_dir(cfg.model)
+    encoder, tokenizer = load_from_folder(model_dir)
+    model = build_multitask(cfg, encoder, tokenizer, task_runs(cfg, model_dir))
     missing, unexpected = model.load_state_dict(load_file(out / WEIGHTS), strict=False)
     if unexpected or any(not (k.startswith("heads.") and ".encoder." in k) for k in missing):
         raise UsageError(f"{out / WEIGHTS} does not match its config: missing {missing[:3]}, "

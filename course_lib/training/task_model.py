@@ -6,24 +6,23 @@ import json
 from pathlib import Path
 
 from course_lib.errors import UsageError
-from course_lib.methods.registry import get_method
 from course_lib.model.heads import SequenceClassifier
-from course_lib.model.weights import load_pretrained
+from course_lib.model.weights import load_from_folder
 from course_lib.repro import METRICS, WEIGHTS
-from course_lib.tasks.registry import get_family, run_task
 from course_lib.training.config import FinetuneConfig
+from course_lib.training.run import Run, resolve
 
 
-def encoder_overrides(cfg: FinetuneConfig) -> dict:
-    """How the run's method changes the pretrained encoder's config (SSAF: the attention normaliser)."""
-    return get_method(cfg.method).encoder_overrides(cfg)
+def load_encoder(run: Run):
+    """(pretrained encoder, tokenizer) as the run's method wants them (SSAF: another attention normaliser)."""
+    return load_from_folder(run.model_dir, **run.method.encoder_overrides(run.cfg))
 
 
-def build_classifier(cfg: FinetuneConfig, encoder, task, tokenizer) -> SequenceClassifier:
+def build_classifier(run: Run, encoder, tokenizer) -> SequenceClassifier:
     """The task model of the run's method for the run's (bound) task: one whose training objective the method
     changes, or the task family's plain head."""
-    build = get_method(cfg.method).build_model or get_family(task.family).build_head
-    return build(cfg, encoder, task, tokenizer)
+    build = run.method.build_model or run.family.build_head
+    return build(run.cfg, encoder, run.task, tokenizer)
 
 
 def finished_config(output_dir) -> FinetuneConfig:
@@ -48,8 +47,8 @@ def load_finetuned(output_dir) -> tuple[SequenceClassifier, object]:
     from safetensors.torch import load_file
 
     out = Path(output_dir)
-    cfg = finished_config(out)
-    encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
-    model = build_classifier(cfg, encoder, run_task(cfg), tokenizer)
+    run = resolve(finished_config(out))
+    encoder, tokenizer = load_encoder(run)
+    model = build_classifier(run, encoder, tokenizer)
     model.load_state_dict(load_file(out / WEIGHTS))
     return model.eval(), tokenizer

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from course_lib.tasks import batching, glue, sentence
+from course_lib.tasks.registry import get_family
 from course_lib.training.config import FinetuneConfig
 from course_lib.methods.registry import every_method, get_method
 from course_lib.tasks.metrics import paired_t_test
@@ -225,7 +226,8 @@ def one_run(task: str, method: str, seed: int, budget: Budget, root: Path, model
     if task == "shortcut":
         from accelerate import Accelerator
 
-        scores = evaluate(net, glue.get_task("sst2"), feats, 64, Accelerator(cpu=True), tokenizer.pad_token_id)
+        sst2 = glue.get_task("sst2")
+        scores = evaluate(net, sst2, get_family(sst2.family), feats, 64, Accelerator(cpu=True), tokenizer.pad_token_id)
         result.update(clean=scores["clean"]["accuracy"], anti=scores["anti"]["accuracy"])
         result["reliance"] = result["clean"] - result["anti"]
     else:

@@ -314,20 +314,22 @@ def _finetune_contestants(model_name, lines: list[str], batch_size: int, seq_len
                           fast_kernels: bool = True):
     """(steps, saved activation bytes, (cfg, model, optimizer, tokenizer) by method, tokenizer) for every
     fine-tuning method, each model built as finetune builds it and stepped on the same batch at lr 0."""
-    from course_lib.tasks import batching, glue
+    from course_lib.tasks import batching
     from course_lib.training.config import FinetuneConfig
     from course_lib.training.loop import param_groups
     from course_lib.methods.registry import get_method
     from course_lib.repro import seed_everything
     from course_lib.methods.ssa import default_token_labels
-    from course_lib.training.finetune import build_classifier, encoder_overrides
+    from course_lib.training.run import resolve
+    from course_lib.training.task_model import build_classifier, load_encoder
 
     contestants, steps, saved, plain_features = {}, {}, {}, None
     for method in FINETUNE_METHODS:
         cfg = FinetuneConfig(method=method, model=model_name, max_len=seq_len, batch_size=batch_size)
         seed_everything(cfg.seed)
-        encoder, tokenizer = load_pretrained(cfg.model, **encoder_overrides(cfg))
-        model = build_classifier(cfg, encoder, glue.get_task(cfg.task), tokenizer)
+        run = resolve(cfg)
+        encoder, tokenizer = load_encoder(run)
+        model = build_classifier(run, encoder, tokenizer)
         if fast_kernels:  # as the training loop does
             optimize(model)
         optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=0.0, fused=True)
@@ -393,18 +395,20 @@ def _method_rows(times: dict, saved: dict) -> list[dict]:
 def _ssa_label_share(cfg, model, optimizer, tokenizer, lines: list[str], epoch: int, repeats: int,
                      accelerator) -> dict:
     """Label generation of one SSA epoch (`finetune.epoch_features`) against the training of that epoch's set."""
-    from course_lib.tasks import batching, glue, sentence
+    from course_lib.tasks import batching, sentence
     from course_lib.training.finetune import epoch_features, predict
+    from course_lib.training.run import resolve
 
-    task = glue.get_task(cfg.task)
+    run = resolve(cfg)
     train = sentence.encode_examples([sentence.Example((line,), 0) for line in lines], tokenizer, cfg.max_len)
-    own = predict(model, train, cfg.eval_batch_size, accelerator, tokenizer.pad_token_id, task).long().tolist()
+    own = predict(model, train, cfg.eval_batch_size, accelerator, tokenizer.pad_token_id, run.task,
+                  run.family).long().tolist()
     train = [{**f, "label": label} for f, label in zip(train, own)]
     state: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         def generate_labels() -> None:  # a fresh folder each time, so the epoch's cache is never reused
             out = Path(tmp) / f"call{len(state)}"
-            state[out] = epoch_features(cfg, epoch, train, model, task, tokenizer, accelerator, out)
+            state[out] = epoch_features(run, epoch, train, model, tokenizer, accelerator, out)
 
         def train_epoch() -> None:  # the epoch loop of finetune.finetune over the last labelled set
             features, _ = state[next(reversed(state))]
@@ -422,7 +426,8 @@ def _ssa_label_share(cfg, model, optimizer, tokenizer, lines: list[str], epoch: 
     agreement = None
     if cfg.options.ssa_probe_bf16:  # how often a bf16 probe's class is the fp32 one's, on the epoch's originals
         with torch.autocast(accelerator.device.type, torch.bfloat16):
-            bf16 = predict(model, train, cfg.eval_batch_size, accelerator, tokenizer.pad_token_id, task).long()
+            bf16 = predict(model, train, cfg.eval_batch_size, accelerator, tokenizer.pad_token_id, run.task,
+                           run.family).long()
         agreement = round((bf16 == torch.tensor(own)).double().mean().item(), 4)
     return {"epoch": epoch + 1, "probe": "bf16" if cfg.options.ssa_probe_bf16 else "fp32", "examples": len(train),
             "bf16_agrees_with_fp32": agreement, "aug_ratio": stats["aug_ratio"],

@@ -1,0 +1,34 @@
+"""A fine-tuning run's names resolved once: its task bound to the run's files, the task's family, the method and
+the model folder. Everything below the run (data, model, job, evaluation) takes these objects instead of asking
+the registries again, so a run reads each name in one place and fails on a bad one before anything is written."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from course_lib.methods.registry import Method, get_method
+from course_lib.model.weights import resolve_model_dir
+from course_lib.tasks.registry import TaskFamily, get_family, run_task
+from course_lib.training.config import FinetuneConfig
+
+
+@dataclass(frozen=True)
+class Run:
+    """A fine-tuning run: its config and what its names resolve to."""
+
+    cfg: FinetuneConfig
+    task: object  # the task preset bound to the run's files and options (`TaskPreset.bind`)
+    family: TaskFamily
+    method: Method
+    model_dir: Path
+
+
+def resolve(cfg: FinetuneConfig, model_dir: Path | None = None) -> Run:
+    """The run's task (a missing file or column stops here), family, method (one that does not apply to the
+    task's family stops here) and model folder (a hub id is fetched here). model_dir: already resolved (a
+    multitask run's tasks share one model)."""
+    task = run_task(cfg)
+    method = get_method(cfg.method)
+    method.check_family(task.family)
+    return Run(cfg, task, get_family(task.family), method,
+               resolve_model_dir(cfg.model) if model_dir is None else model_dir)
