@@ -13,7 +13,6 @@ option once, as `asa_tau`.
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from typing import ClassVar
 
@@ -90,11 +89,6 @@ class Validated:
         return []
 
     @classmethod
-    def notebook_option_classes(cls) -> list[type]:
-        """The option classes a notebook's parameters may hold for the other runs of its grid (`from_params`)."""
-        return cls.option_classes()
-
-    @classmethod
     def flat_hints(cls, classes: list[type] | None = None) -> dict:
         """The type of every key the flat form may hold: the fields' (not those that hold a nested config) and
         every nested class's fields' (or those of `classes` only)."""
@@ -106,15 +100,14 @@ class Validated:
     @classmethod
     def foreign(cls, values: dict | None) -> dict[str, str]:
         """{key: who reads it} for the keys another choice would read (another method's options): refused by
-        from_dict, or dropped or checked when asked (`others`). It may leave out what no key of `values` needs;
-        values None: every such key."""
+        from_dict, or dropped when asked (`others`). It may leave out what no key of `values` needs; values None:
+        every such key."""
         return {}
 
     @classmethod
     def from_dict(cls, values: dict, others: str = "refuse"):
         """The config of flat `values`. others: what a key of another choice (`foreign`) does: refuse (one-line
-        error), drop (a saved run's file, a grid's shared base), or check (a notebook's parameters for its other
-        methods' runs: checked by their classes, then left out)."""
+        error) or drop (a saved run's file, a grid's shared base)."""
         nested = cls.nested(values)
         own = [f.name for f in dataclasses.fields(cls) if f.name not in nested]
         inner = {field: [f.name for f in dataclasses.fields(klass)] for field, klass in nested.items()}
@@ -128,40 +121,9 @@ class Validated:
             inner_names = ", ".join(k for names in inner.values() for k in names) or "none"
             raise UsageError(f"option {stray[0]!r} belongs to {foreign[stray[0]]}, not to this run (its own "
                              f"options: {inner_names})")
-        for klass in cls.notebook_option_classes() if stray and others == "check" else ():
-            klass.from_dict({k: values[k] for k in stray if k in klass.__dataclass_fields__})  # a bad one fails now
         built = {field: klass.from_dict({k: values[k] for k in inner[field] if k in values})
                  for field, klass in nested.items()}
         return cls(**{k: v for k, v in values.items() if k in own}, **built)
-
-    @classmethod
-    def from_params(cls, params, **overrides):
-        """The config of a notebook's run: each parameter named like a field (`params`: what
-        `nb.parameters(globals())` returns, or a dict), then `overrides`, checked by `from_dict`.
-
-        Why: the parameters cell, the preset files and these dataclasses share field names, so a config cell
-        takes the parameters by name instead of restating them (a restated list drifts when a field is added).
-        Parameters that are no field (`preset`, `seeds`) are the notebook's own; another method's options are
-        checked now and left out (a grid of the notebook's methods takes them from the parameters again,
-        `run_grid(..., options=p)`), so an override that is one is refused: it would reach no run. `output_dir`
-        is taken, and a grid of runs puts its run folders under it.
-        """
-        chosen = {**cls.notebook_values(params), **overrides}  # unknown overrides: from_dict refuses them
-        config = cls.from_dict(chosen, others="check")
-        lost = sorted(set(overrides) - set(config.to_dict()))
-        if lost:
-            raise UsageError(f"{lost[0]!r} is another method's option, which this config leaves out: put it in the "
-                             f"parameters the grid reads (run_grid(..., options={{**vars(p), {lost[0]!r}: ...}}))")
-        return config
-
-    @classmethod
-    def notebook_values(cls, params) -> dict:
-        """The parameters named like a field or an option (a namespace or a dict), read by the cells' literal
-        conventions, once: "" is None where the field takes None (`model = ""`: the packaged model), and a list
-        is a comma list where the field is a string (`tasks = ["sst2", "rte"]`: "sst2,rte")."""
-        values = params if isinstance(params, dict) else vars(params)
-        hints = cls.flat_hints(cls.notebook_option_classes())
-        return {k: _notebook_literal(v, hints[k]) for k, v in values.items() if k in hints}
 
     def to_dict(self) -> dict:
         """The flat form: a nested config's fields in place of the field that holds it."""
@@ -202,18 +164,6 @@ def first_difference(saved: dict, config) -> str | None:
     aside = {"output_dir", *(name for name, f in fields.items() if not f.metadata.get("same_run", True))}
     diff = sorted(k for k in mine if k not in aside and (k not in saved or saved[k] != mine[k]))
     return diff[0] if diff else None
-
-
-def _notebook_literal(value, annotation):
-    """A notebook parameter as the field takes it: "" is None for a field that takes None, a list a comma list
-    for a str field (`Validated.from_params`)."""
-    is_union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
-    allowed = typing.get_args(annotation) if is_union else (annotation,)
-    if isinstance(value, str) and value == "" and type(None) in allowed:
-        return None
-    if isinstance(value, list) and str in allowed:
-        return ",".join(str(item) for item in value)
-    return value
 
 
 def _range_check(rule: str, holds):

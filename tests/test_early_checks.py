@@ -35,7 +35,7 @@ def no_training(monkeypatch):
         raise Started("the run got past its checks")
 
     monkeypatch.setenv("CI", "true")
-    for module, name in ((train, "load_pretrained"), (multitask, "load_pretrained"), (pretrain, "load_corpus"),
+    for module, name in ((train, "load_encoder"), (multitask, "load_from_folder"), (pretrain, "load_corpus"),
                          (sweep, "execute")):
         monkeypatch.setattr(module, name, started)
 

@@ -1,17 +1,19 @@
-"""Notebook plumbing: configs built from a notebook's parameters (`Validated.from_params`), and grids of runs in
-one process (`course_lib.lab.grid`): their folders are named as the sweep names its runs, a variant adds runs
-for the methods it names, each run keeps only its own method's options, and a finished run is read back."""
+"""Notebook plumbing: grids of runs in one process (`course_lib.lab.grid`): their folders are named as the sweep
+names its runs, a variant adds runs for the methods it names, each run takes from the grid's method options those
+its method reads and keeps only its own, every option is checked first, and a finished run is read back."""
 import dataclasses
 import json
 
+import nbformat
 import pytest
 import yaml
 
 from course_lib.errors import UsageError
 from course_lib.lab import grid, sweep
 from course_lib.lab.grid import RunKey, Variant, dev_rows, plan_grid, run_grid
-from course_lib.notebook_params import Notebook, load_preset
-from course_lib.training import finetune as finetune_module, reuse
+from course_lib.notebook_params import NOTEBOOK_DIR, load_preset
+from course_lib.lab import reuse
+from course_lib.training import finetune as finetune_module
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
 
 CONFIG_OF = {"00_bert_from_scratch": FinetuneConfig, "01_kou2020_ssa": FinetuneConfig,
@@ -20,33 +22,26 @@ CONFIG_OF = {"00_bert_from_scratch": FinetuneConfig, "01_kou2020_ssa": FinetuneC
              "05_wu2023_adversarial_self_attention": FinetuneConfig}
 
 
-def test_from_params_takes_the_fields_reads_the_cells_conventions_and_lets_overrides_win(tmp_path):
-    name = "02_multitask_bert_ssa"
-    nb = Notebook(name, {})
-    p = nb.parameters({**load_preset(name, "smoke"), "output_dir": str(tmp_path)})  # what a config cell gets
-    cfg = MultitaskConfig.from_params(p, ssa="sst2", lr=1)
-    assert cfg.model is None  # model = "": the packaged model
-    assert cfg.tasks == "sst2,rte,stsb"  # a list of tasks: the field's comma list
-    assert (cfg.ssa, cfg.lr, cfg.epochs, cfg.output_dir) == ("sst2", 1.0, p.epochs, str(tmp_path))
-    assert not hasattr(cfg, "seeds") and not hasattr(cfg, "preset")  # the notebook's own parameters stay out
-    assert PretrainConfig.from_params({"corpus": "", "max_steps": 5, "seeds": [0]}).corpus is None
-    with pytest.raises(UsageError, match=r"unknown MultitaskConfig option 'methods'"):
-        MultitaskConfig.from_params(p, methods=["vanilla"])
-    with pytest.raises(UsageError, match=r"MultitaskConfig.epochs must be int"):
-        MultitaskConfig.from_params({**vars(p), "epochs": "2"})
-
-
 @pytest.mark.parametrize("name", sorted(CONFIG_OF))
 @pytest.mark.parametrize("preset", ["smoke", "cpu", "paper"])
-def test_every_notebook_preset_builds_its_config(name, preset):
-    cfg = CONFIG_OF[name].from_params(load_preset(name, preset))
-    assert cfg.output_dir == load_preset(name, preset)["output_dir"]
+def test_every_notebook_preset_builds_its_config(name, preset, tmp_path):
+    """The notebook's cells up to the one that builds its config, with the preset's values in place of the
+    parameters cell: every preset is a valid run (the GPU presets included, which no CPU test trains)."""
+    cells = [c for c in nbformat.read(NOTEBOOK_DIR / f"{name}.ipynb", as_version=4).cells if c.cell_type == "code"]
+    upto = next(i for i, c in enumerate(cells) if "nb.parameters(globals())" in c.source)
+    namespace = {}
+    for cell in cells[:upto + 1]:
+        parameters = "parameters" in cell.metadata.get("tags", [])
+        exec(compile("" if parameters else cell.source, name, "exec"), namespace)
+        if parameters:
+            namespace.update({**load_preset(name, preset), "output_dir": str(tmp_path)})
+    assert isinstance(namespace["base"], CONFIG_OF[name]) and namespace["base"].output_dir == str(tmp_path)
 
 
 def test_grid_folders_are_named_as_the_sweep_names_its_runs(tmp_path):
-    params = {"epochs": 1, "ssa_label_mode": "code", "sparsegen_lambda": -2.0}
-    base = FinetuneConfig.from_params(params)
-    runs = plan_grid(base, tmp_path, tasks=["sst2", "rte"], methods=["vanilla", "ssaf"], seeds=[0, 1], options=params)
+    base = FinetuneConfig(epochs=1)
+    runs = plan_grid(base, tmp_path, tasks=["sst2", "rte"], methods=["vanilla", "ssaf"], seeds=[0, 1],
+                     method_options={"ssa_label_mode": "code", "sparsegen_lambda": -2.0})
     grid_file = tmp_path / "grid.yaml"
     grid_file.write_text(yaml.safe_dump({"command": "finetune", "base": {"epochs": 1, "sparsegen_lambda": -2.0},
                                          "grid": {"task": ["sst2", "rte"], "method": ["vanilla", "ssaf"],
@@ -60,9 +55,9 @@ def test_grid_folders_are_named_as_the_sweep_names_its_runs(tmp_path):
 
 
 def test_a_variant_adds_runs_for_its_methods_and_each_run_keeps_only_its_own_options(tmp_path):
-    params = {"ssa_label_mode": "code", "ssa_threshold": 0.5, "asa_tau": 0.1, "output_dir": str(tmp_path)}
-    base = FinetuneConfig.from_params(params)
-    runs = plan_grid(base, methods=["vanilla", "ssa-co", "ssa-hybrid"], seeds=[3], options=params,
+    options = {"ssa_label_mode": "code", "ssa_threshold": 0.5, "asa_tau": 0.1}
+    base = FinetuneConfig(output_dir=str(tmp_path))
+    runs = plan_grid(base, methods=["vanilla", "ssa-co", "ssa-hybrid"], seeds=[3], method_options=options,
                      variants=[Variant("paper labels", {"ssa_label_mode": "paper"}, methods=("ssa-co",))],
                      task_overrides={"sst2": {"ssa_share_weight": False}, "rte": {"epochs": 9}})
     by_key = {run.key: run for run in runs}
@@ -79,7 +74,7 @@ def test_a_variant_adds_runs_for_its_methods_and_each_run_keeps_only_its_own_opt
 
 
 def test_multitask_and_pretraining_grids_name_what_their_configs_have(tmp_path):
-    multitask = MultitaskConfig.from_params({"tasks": ["sst2", "stsb"], "output_dir": str(tmp_path)})
+    multitask = MultitaskConfig(tasks="sst2,stsb", output_dir=str(tmp_path))
     runs = plan_grid(multitask, seeds=[0, 1], label="SSA off",
                      variants=[Variant("SSA on", {"ssa": "all", "ssa_label_mode": "paper"})])
     assert [r.name for r in runs] == ["seed=0", "seed=1", "ssa=all,ssa_label_mode=paper,seed=0",
@@ -131,7 +126,7 @@ def test_a_grid_runs_resumes_and_reads_finished_runs_back(tiny_model_dir, keywor
 
 def test_another_folders_identical_finished_run_is_copied_not_trained_and_a_changed_one_trains(
         tiny_model_dir, keyword_glue, tmp_path, monkeypatch):
-    """What lets `make demo` read back the runs `make test`'s nbval finished (course_lib.training.reuse)."""
+    """What lets `make demo` read back the runs `make test`'s nbval finished (course_lib.lab.reuse, before each run of `run_grid`)."""
     base = FinetuneConfig(model=str(tiny_model_dir), glue_dir=str(keyword_glue), max_train_samples=32,
                           max_eval_samples=16, epochs=1, max_len=32, batch_size=16, lr=1e-3,
                           output_dir=str(tmp_path / "nbval"))
@@ -184,26 +179,26 @@ def test_dev_rows_of_a_multitask_run_give_each_task_and_overall():
     assert grid.RUNNERS[MultitaskConfig].__name__ == "train_multitask"
 
 
-def test_a_multitask_notebooks_parameters_give_another_methods_option_to_the_runs_of_that_method(tmp_path):
-    """ssa_cls_weight is SSA-Hybrid's: the SSA-Co base leaves it out (it is not its own), the hybrid variant
-    reads it from the parameters."""
-    params = {"tasks": ["sst2"], "ssa_cls_weight": 0.9, "output_dir": str(tmp_path)}
-    base = MultitaskConfig.from_params(params)
+def test_a_multitask_grid_gives_another_methods_option_to_the_runs_of_that_method(tmp_path):
+    """ssa_cls_weight is SSA-Hybrid's: the SSA-Co base does not hold it, the hybrid variant's runs take it from
+    the grid's method options; a bad value is refused before any run, though the base does not read it."""
+    base = MultitaskConfig(tasks="sst2", output_dir=str(tmp_path))
     hybrid = Variant("hybrid", {"ssa": "all", "ssa_method": "ssa-hybrid"})
-    runs = plan_grid(base, seeds=[0], label="co", variants=[hybrid], options=params)
+    runs = plan_grid(base, seeds=[0], label="co", variants=[hybrid], method_options={"ssa_cls_weight": 0.9})
     assert "ssa_cls_weight" not in base.to_dict()
-    with pytest.raises(UsageError, match="ssa_cls_weight"):
-        MultitaskConfig.from_params({**params, "ssa_cls_weight": "heavy"})  # checked now, though not the base's
     assert [r.config.to_dict().get("ssa_cls_weight") for r in runs] == [None, 0.9]
+    with pytest.raises(UsageError, match="ssa_cls_weight"):
+        plan_grid(base, seeds=[0], method_options={"ssa_cls_weight": "heavy"})
 
 
-def test_another_methods_option_reaches_its_runs_through_the_grids_options_and_never_is_lost(tmp_path):
-    """An option of a method the base does not run, given as an override, would reach no run: refused. Given in
-    the options the grid reads, it reaches that method's runs (notebook 05's section 10: ASA at its own tau)."""
-    params = {"asa_tau": 0.3, "output_dir": str(tmp_path)}
-    with pytest.raises(UsageError, match=r"'asa_tau' is another method's option, which this config leaves out"):
-        FinetuneConfig.from_params(params, task="wnut17", asa_tau=0.5)
-    section = {**params, "asa_tau": 0.5}
-    base = FinetuneConfig.from_params(section, task="wnut17")
-    runs = plan_grid(base, methods=["vanilla", "asa"], seeds=[0], options=section)
+def test_a_method_option_reaches_its_methods_runs_only_and_a_bad_or_unknown_one_stops_the_grid_first(tmp_path):
+    """Notebook 05's section 10: ASA at its own tau, vanilla untouched; an option of a method the grid does not
+    run is still checked (a notebook's parameters hold every method's), a name no method has is refused."""
+    base = FinetuneConfig(task="wnut17", output_dir=str(tmp_path))
+    runs = plan_grid(base, methods=["vanilla", "asa"], seeds=[0], method_options={"asa_tau": 0.5, "bernoulli_p": 0.1})
     assert [run.config.to_dict().get("asa_tau") for run in runs] == [None, 0.5]
+    assert all("bernoulli_p" not in run.config.to_dict() for run in runs)
+    with pytest.raises(UsageError, match=r"BernoulliOptions.bernoulli_p must be|bernoulli_p"):
+        plan_grid(base, methods=["vanilla"], method_options={"bernoulli_p": "often"})
+    with pytest.raises(UsageError, match=r"unknown method option 'asa_taus' \(valid: .*asa_tau"):
+        plan_grid(base, methods=["vanilla", "asa"], method_options={"asa_taus": 0.5})

@@ -5,6 +5,7 @@ import ast
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from course_lib import notebook_params
 from course_lib.lab import notebooks
 from course_lib.errors import UsageError
 from course_lib.notebook_params import Notebook, check_parameters, load_preset, notebook_names, presets_of
-from course_lib.training.reuse import FINISHED_RUNS_ENV
+from course_lib.lab.reuse import FINISHED_RUNS_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = notebook_names()
@@ -57,6 +58,16 @@ def test_presets_share_the_smoke_schema(name):
         assert sorted(values) == sorted(smoke), preset
         assert values["preset"] == preset
         check_parameters(name, values)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_parameter_is_read_by_the_notebook(name):
+    """Each section builds its config from the parameters by name (`FinetuneConfig(lr=p.lr, ...)`): a parameter
+    no cell reads would be a setting a user changes to no effect. `preset` and `output_dir` the notebook's
+    `Notebook` reads itself (the results file)."""
+    code = "\n".join(c.source for c in _read(name).cells if c.cell_type == "code")
+    read = set(re.findall(r"\bp\.(\w+)", code)) | {"preset", "output_dir"}
+    assert sorted(set(load_preset(name, "smoke")) - read) == []
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -177,7 +188,7 @@ def test_sweep_of_notebooks_resumes_after_a_kill_without_redoing_finished_runs(t
 
 def test_a_run_elsewhere_points_its_kernel_at_the_presets_own_folder_of_finished_runs(tiny_notebooks, tmp_path,
                                                                                      monkeypatch):
-    """The kernel papermill starts inherits the variable (`course_lib.training.reuse` reads it); only while the
+    """The kernel papermill starts inherits the variable (`course_lib.lab.reuse` reads it); only while the
     notebook runs, only for another folder than the preset's own, and only when that folder exists."""
     import papermill
     seen = []

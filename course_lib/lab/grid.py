@@ -3,8 +3,9 @@
 `python -m course_lib sweep` runs a grid file with one child process per run; a notebook wants its runs in its
 own kernel, to look inside the trained models afterwards. `run_grid` is that form of a grid:
 
-    base = FinetuneConfig.from_params(p)                         # the recipe every run shares
-    results = run_grid(base, tasks=p.tasks, methods=p.methods, seeds=p.seeds, options=p,
+    base = FinetuneConfig(model=p.model or None, epochs=p.epochs, lr=p.lr)   # the recipe every run shares
+    ssa = {"ssa_target_weight": p.ssa_target_weight, "ssa_threshold": p.ssa_threshold}  # the SSA methods' options
+    results = run_grid(base, tasks=p.tasks, methods=p.methods, seeds=p.seeds, method_options=ssa,
                        variants=[Variant("paper labels", {"ssa_label_mode": "paper"}, methods=("ssa-co",))])
     results["sst2", "ssa-co", 0, "paper labels"]                 # that run's metrics.json, by its RunKey
 
@@ -15,10 +16,10 @@ and `course_lib.lab.collect` tabulates both. Every run is validated before the f
 runs as `finetune`, `train_multitask` or `pretrain` (by the base config's class) runs on its own: a finished
 folder is read back, not trained again, and an interrupted one resumes from its checkpoint.
 
-A run keeps only its own method's options (its registry entry's `options` class). The base holds only its own
-method's; the other methods' options come from the notebook's parameters (`options=p`: each option named
-like a field, read as `from_params` reads them). A vanilla run is then the same run in every notebook and grid,
-and collect counts it once.
+A run keeps only its own method's options (its registry entry's `options` class): `method_options` holds the
+options of the grid's methods, flat, and each run takes those its method reads (each is checked by the class that
+declares it before the first run, though no run reads it). A vanilla run is then the same run in every notebook
+and grid, and collect counts it once. Make demo's read-back (`lab.reuse`) happens here, before each run.
 """
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ from course_lib.errors import UsageError
 from course_lib.config import Validated
 from course_lib.repro import progress
 from course_lib.lab.records import percent_scale
-from course_lib.lab.sweep import run_name
+from course_lib.lab.reuse import reuse_finished_run
+from course_lib.lab.sweep import check_method_options, run_name
 from course_lib.tasks.registry import get_task
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
 from course_lib.training.finetune import finetune
@@ -97,16 +99,22 @@ def _check_fields(fields: dict, where: str) -> None:
                          f"seeds are its axes; output_dir its folder)")
 
 
+def options_read(config_class: type, values: dict) -> set[str]:
+    """The method (and task family) options a run of these values reads: its nested options classes' fields."""
+    return {f.name for klass in config_class.nested(values).values() for f in dataclasses.fields(klass)}
+
+
 def _grid_run(base: Validated, parent: Path, key: RunKey, fields: dict, task_overrides: dict,
-              others: dict) -> GridRun:
-    """One run: the base, the other methods' options, the task's overrides, the variant's fields, then the run's
-    task, method and seed."""
+              method_options: dict) -> GridRun:
+    """One run: the base, the method options its method reads, the task's overrides, the variant's fields, then
+    the run's task, method and seed."""
     own = {f.name for f in dataclasses.fields(base)}
     axes = {field: value for field, value in zip(AXES, key) if field in own}
     name = run_name({**{k: v for k, v in axes.items() if k != "seed"}, **fields, "seed": key.seed})
-    values = {**base.to_dict(), **others, **task_overrides.get(key.task, {}), **fields, **axes,
-              "output_dir": str(parent / name)}
+    changes = {**task_overrides.get(key.task, {}), **fields, **axes, "output_dir": str(parent / name)}
     try:
+        reads = options_read(type(base), {**base.to_dict(), **changes})  # an unknown method: refused here
+        values = {**base.to_dict(), **{k: v for k, v in method_options.items() if k in reads}, **changes}
         return GridRun(key, name, type(base).from_dict(values, others="drop"))
     except UsageError as err:
         raise UsageError(f"grid run {name}: {err}") from None
@@ -114,19 +122,19 @@ def _grid_run(base: Validated, parent: Path, key: RunKey, fields: dict, task_ove
 
 def plan_grid(base: Validated, output_dir=None, *, tasks=None, methods=None, seeds=None,
               variants: list[Variant] | tuple = (), task_overrides: dict | None = None,
-              label: str = "", options=None) -> list[GridRun]:
+              label: str = "", method_options: dict | None = None) -> list[GridRun]:
     """Every run of the grid, validated, in the order `run_grid` runs them: the base settings (called `label`)
     over tasks x methods x seeds, then each variant's runs. An axis left None is the base's own value.
     task_overrides: {task: {field: value}}, the fields one task changes (a task the grid lacks is ignored).
-    options: the notebook's parameters (a namespace or a dict), where the base's other methods find their
-    options; the base's own settings win."""
+    method_options: {option: value} for the grid's methods (SSA's, ASA's, ...), flat; each run takes those its
+    method reads, over the base's; every one is checked now."""
     if type(base) not in RUNNERS:
         raise UsageError(f"run_grid runs {', '.join(c.__name__ for c in RUNNERS)}, not {type(base).__name__}")
     parent = Path(output_dir if output_dir is not None else base.output_dir)
     crossed = [_axis(base, field, values) for field, values in zip(AXES, (tasks, methods, seeds))]
     task_overrides = task_overrides or {}
-    mine = base.to_dict()
-    others = {k: v for k, v in type(base).notebook_values(options or {}).items() if k not in mine}
+    method_options = dict(method_options or {})
+    check_method_options(type(base), method_options)
     for task, fields in task_overrides.items():
         _check_fields(fields, f"task_overrides[{task!r}]")
     runs: dict[str, GridRun] = {}
@@ -135,7 +143,7 @@ def plan_grid(base: Validated, output_dir=None, *, tasks=None, methods=None, see
         for task, method, seed in itertools.product(*crossed):
             if variant.methods is None or method in variant.methods:
                 run = _grid_run(base, parent, RunKey(task, method, seed, variant.label), variant.fields,
-                                task_overrides, others)
+                                task_overrides, method_options)
                 if run.name in runs or run.key in {r.key for r in runs.values()}:
                     raise UsageError(f"two runs of the grid would share the folder or key {run.name!r}; "
                                      f"give each variant its own label and fields")
@@ -145,13 +153,14 @@ def plan_grid(base: Validated, output_dir=None, *, tasks=None, methods=None, see
 
 def run_grid(base: Validated, output_dir=None, *, tasks=None, methods=None, seeds=None,
              variants: list[Variant] | tuple = (), task_overrides: dict | None = None,
-             label: str = "", options=None) -> dict[RunKey, dict]:
+             label: str = "", method_options: dict | None = None) -> dict[RunKey, dict]:
     """Run the grid `plan_grid` lays out, in this process, with one progress bar over the runs; return each
     run's metrics.json content by its RunKey, in run order. A finished run is read back, not trained again."""
     runs = plan_grid(base, output_dir, tasks=tasks, methods=methods, seeds=seeds, variants=variants,
-                     task_overrides=task_overrides, label=label, options=options)
+                     task_overrides=task_overrides, label=label, method_options=method_options)
     results = {}
     for run in progress(runs, desc="runs", unit="run"):
+        reuse_finished_run(Path(run.config.output_dir), run.config)  # make demo: the run nbval already finished
         results[run.key] = RUNNERS[type(run.config)](run.config)
     return results
 

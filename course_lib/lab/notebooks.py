@@ -7,7 +7,7 @@ parameters check every notebook runs itself is `course_lib.notebook_params`).
 `run` executes the notebook with papermill into `runs/notebooks/<notebook>/<preset>/` (never over the
 source), with an explicit kernel and, for each cell, a timeout; the notebook writes its `metrics.json` there.
 Given another output folder, the notebook's training runs read back the identical runs that an execution in the
-preset's own folder (JupyterLab, nbval) finished, instead of training them again (`course_lib.training.reuse`):
+preset's own folder (JupyterLab, nbval) finished, instead of training them again (`course_lib.lab.reuse`):
 `make demo` after `make test` trains nothing twice.
 The batch runner (`python -m course_lib sweep`, `command: notebook`) crosses notebooks, presets and
 parameter values and runs each through this command.
@@ -28,7 +28,7 @@ from course_lib import notebook_params
 from course_lib.errors import Parser, UsageError, report_errors
 from course_lib.notebook_params import PRESETS, check_parameters, load_preset, notebook_names, notebook_path, presets_of
 from course_lib.repro import METRICS, progress_disabled
-from course_lib.training.reuse import FINISHED_RUNS_ENV
+from course_lib.lab.reuse import FINISHED_RUNS_ENV
 
 KERNEL = "attention-lab"  # `make` installs it into the venv: the venv's python, then INSTALL_KERNEL
 INSTALL_KERNEL = f"-m ipykernel install --sys-prefix --name {KERNEL} --display-name {KERNEL}"
@@ -100,7 +100,7 @@ def parse_override(text: str) -> tuple[str, object]:
 def _default_folder(name: str, preset: str, out: Path) -> str | None:
     """Where the notebook writes this preset's runs when opened in JupyterLab or run by nbval (the preset's
     output_dir, read from notebooks/), if that is another folder and exists: its finished runs are read back
-    rather than trained again where the configuration is identical (`course_lib.training.reuse`)."""
+    rather than trained again where the configuration is identical (`course_lib.lab.reuse`)."""
     written = load_preset(name, preset).get("output_dir")
     folder = (notebook_params.NOTEBOOK_DIR / written).resolve() if written else None
     return str(folder) if folder is not None and folder != out and folder.is_dir() else None

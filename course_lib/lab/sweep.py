@@ -196,7 +196,11 @@ def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
     if kind is NotebookRun and grid.get("notebook") == "all":  # every notebook with the base's preset
         grid = {**grid, "notebook": every_notebook(base.get("preset", "smoke"))}
     if kind is FinetuneConfig:
-        _config(path, "base", base, others="check")  # every method's options checked now, whichever runs them
+        _config(path, "base", base)  # its own fields and its method's options; the other methods' ones below
+        try:
+            check_method_options(kind, {k: v for k, v in base.items() if k not in kind.flat_hints(classes=[])})
+        except UsageError as err:
+            raise UsageError(f"{path}: base: {err}") from None
     overrides = _task_overrides(path, raw, kind, grid)
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
@@ -216,6 +220,20 @@ def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
                   "output_dir": str(Path(output_dir) / name)}
         runs[name] = Run(name, _config(path, f"run {name}", config, kind))
     return list(runs.values())
+
+
+def check_method_options(config_class: type, method_options: dict) -> None:
+    """Each method (or task family) option checked by the class that declares it, so a bad value fails before
+    any run, though no run of the grid reads it (a notebook's parameters hold every method's options, a grid
+    file's base those of the methods it crosses); a name no class declares: one line."""
+    known: set[str] = set()
+    for klass in config_class.option_classes():
+        mine = {k: v for k, v in method_options.items() if k in klass.__dataclass_fields__}
+        klass.from_dict(mine)
+        known |= set(klass.__dataclass_fields__)
+    unknown = sorted(set(method_options) - known)
+    if unknown:
+        raise UsageError(f"unknown method option {unknown[0]!r} (valid: {', '.join(sorted(known))})")
 
 
 def _combinations(grid: dict, excluded: list[dict]):

@@ -155,10 +155,6 @@ class FinetuneConfig(TrainingRunConfig):
         return list(dict.fromkeys(classes))
 
     @classmethod
-    def notebook_option_classes(cls) -> list[type]:  # other methods' options, no family's
-        return list(dict.fromkeys(m.options for m in every_method().values()))
-
-    @classmethod
     def foreign(cls, values: dict | None) -> dict[str, str]:
         owners = option_owners()
         if values is None or set(values) - set(owners) - set(cls.__dataclass_fields__):  # another family's?

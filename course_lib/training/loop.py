@@ -31,7 +31,6 @@ from course_lib.fast import optimize
 from course_lib.errors import Preempted, RunFailed, UsageError
 from course_lib.config import first_difference
 from course_lib.training.compiled import check_compile, compile_modules
-from course_lib.training.reuse import reuse_finished_run
 from course_lib.training.tracking import log_with, scalars, tracker_config
 from course_lib.repro import (CHECKPOINT, METRICS, check_writable_dir, lock_exclusive, progress,
                               remove_stale_temporaries, restore_training_state, save_torch, training_state,
@@ -196,10 +195,9 @@ def check_same_run(saved: dict, cfg, path: Path) -> None:
 
 
 def finished_run(out: Path, cfg) -> dict | None:
-    """The metrics of a run that already completed in `out` with this config (or, copied into `out`, in the
-    folder `reuse` names), else None."""
+    """The metrics of a run that already completed in `out` with this config, else None."""
     path = out / METRICS
-    if not path.exists() and not reuse_finished_run(out, cfg):
+    if not path.exists():
         return None
     result = json.loads(path.read_text())
     check_same_run(result["config"], cfg, out)

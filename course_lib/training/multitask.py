@@ -33,7 +33,8 @@ from torch import nn
 from course_lib.model.pair_heads import SeparatePairClassifier, encode_separately
 from course_lib.tasks.cs224n import CourseTask
 from course_lib.tasks.metrics import shown
-from course_lib.tasks.registry import get_task
+from course_lib.methods.registry import get_method
+from course_lib.tasks.registry import get_family, get_task
 from course_lib.tasks.span_qa import SPAN_QA
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, TrainingRunConfig
 from course_lib.errors import UsageError
@@ -45,7 +46,7 @@ from course_lib.repro import METRICS, WEIGHTS, atomic_write, remove_stale_tempor
 from course_lib.training.finetune import batch_loss, dev_entry, epoch_features, task_examples
 from course_lib.training.run import Run, resolve
 from course_lib.training.task_model import build_classifier
-from course_lib.model.weights import check_runnable, load_from_folder, resolve_model_dir
+from course_lib.model.weights import check_runnable, load_from_folder, load_pretrained, resolve_model_dir
 
 # ----------------------------------------------------------------------------------------------
 # The model
@@ -93,7 +94,8 @@ def task_runs(cfg: MultitaskConfig, model_dir: Path) -> list[Run]:
 def build_multitask(cfg: MultitaskConfig, encoder, tokenizer, runs: list[Run] | None = None) -> MultitaskBert:
     """Each task's head on one encoder, in the order of cfg.tasks: exactly as finetune builds it, or a
     bi-encoder head for a pair task encoded separately. With option "pretrain" the encoder is frozen.
-    runs: the tasks' resolved runs (None: resolved here)."""
+    runs: the tasks' resolved runs; None: each task's preset as it is (no file read, no model folder looked up:
+    the model is rebuilt from a finished run's folder, or built on a toy encoder)."""
     separate = cfg.separate_pair_tasks()
 
     def head(run: Run) -> SequenceClassifier:
@@ -102,7 +104,10 @@ def build_multitask(cfg: MultitaskConfig, encoder, tokenizer, runs: list[Run] | 
                                           tokenizer.pad_token_id)
         return build_classifier(run, encoder, tokenizer)
 
-    runs = task_runs(cfg, resolve_model_dir(cfg.model)) if runs is None else runs
+    if runs is None:
+        views = [task_config(cfg, name) for name in cfg.task_names()]
+        runs = [Run(view, get_task(view.task), get_family(get_task(view.task).family), get_method(view.method), None)
+                for view in views]
     model = MultitaskBert(encoder, {run.task.name: head(run) for run in runs})
     encoder.requires_grad_(cfg.option != "pretrain")  # the course's --option pretrain: only the heads train
     return model
@@ -254,9 +259,8 @@ def load_multitask(output_dir) -> tuple[MultitaskBert, object]:
         raise UsageError(f"{out} holds no completed multitask run ({METRICS} and {WEIGHTS}): run train_multitask "
                          f"there first")
     cfg = MultitaskConfig.from_dict(json.loads((out / METRICS).read_text())["config"], others="drop")
-    model_dir = resolve_model_dir(cfg.model)
-    encoder, tokenizer = load_from_folder(model_dir)
-    model = build_multitask(cfg, encoder, tokenizer, task_runs(cfg, model_dir))
+    encoder, tokenizer = load_pretrained(cfg.model)
+    model = build_multitask(cfg, encoder, tokenizer)
     missing, unexpected = model.load_state_dict(load_file(out / WEIGHTS), strict=False)
     if unexpected or any(not (k.startswith("heads.") and ".encoder." in k) for k in missing):
         raise UsageError(f"{out / WEIGHTS} does not match its config: missing {missing[:3]}, "

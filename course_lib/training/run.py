@@ -20,7 +20,7 @@ class Run:
     task: object  # the task preset bound to the run's files and options (`TaskPreset.bind`)
     family: TaskFamily
     method: Method
-    model_dir: Path
+    model_dir: Path | None  # None: a head built on an encoder already loaded (`multitask.build_multitask`)
 
 
 def resolve(cfg: FinetuneConfig, model_dir: Path | None = None) -> Run:
