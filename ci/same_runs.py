@@ -1,7 +1,7 @@
 """Did a refactor change what training computes? Tiny fixed-seed runs of every method and kind, made before and
 after the change, must give the same metrics.json (every score and logged loss, to the last digit).
 
-    .venv/bin/python ci/same_runs.py run OUT [NAME ...]   # about 12 minutes on 2 cores: 19 tiny runs (or those named)
+    .venv/bin/python ci/same_runs.py run OUT [NAME ...]   # about 4 minutes on 2 cores: 18 tiny runs (or those named)
     .venv/bin/python ci/same_runs.py compare BEFORE AFTER [NAME ...]
 
 `compare` leaves out timings and the config (whose keys may move in a refactor; it prints the keys that differ)
