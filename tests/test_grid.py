@@ -126,7 +126,8 @@ def test_a_grid_runs_resumes_and_reads_finished_runs_back(tiny_model_dir, keywor
 
 def test_another_folders_identical_finished_run_is_copied_not_trained_and_a_changed_one_trains(
         tiny_model_dir, keyword_glue, tmp_path, monkeypatch):
-    """What lets `make demo` read back the runs `make test`'s nbval finished (course_lib.lab.reuse, before each run of `run_grid`)."""
+    """What lets `make demo` read back the runs `make test`'s nbval finished (course_lib.lab.reuse, asked by
+    `run_grid` before each run)."""
     base = FinetuneConfig(model=str(tiny_model_dir), glue_dir=str(keyword_glue), max_train_samples=32,
                           max_eval_samples=16, epochs=1, max_len=32, batch_size=16, lr=1e-3,
                           output_dir=str(tmp_path / "nbval"))

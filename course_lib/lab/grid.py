@@ -31,6 +31,7 @@ from typing import NamedTuple
 from course_lib.errors import UsageError
 from course_lib.config import Validated
 from course_lib.repro import progress
+from course_lib.lab.archive import keys_of_run
 from course_lib.lab.records import percent_scale
 from course_lib.lab.reuse import reuse_finished_run
 from course_lib.lab.sweep import check_method_options, run_name
@@ -99,11 +100,6 @@ def _check_fields(fields: dict, where: str) -> None:
                          f"seeds are its axes; output_dir its folder)")
 
 
-def options_read(config_class: type, values: dict) -> set[str]:
-    """The method (and task family) options a run of these values reads: its nested options classes' fields."""
-    return {f.name for klass in config_class.nested(values).values() for f in dataclasses.fields(klass)}
-
-
 def _grid_run(base: Validated, parent: Path, key: RunKey, fields: dict, task_overrides: dict,
               method_options: dict) -> GridRun:
     """One run: the base, the method options its method reads, the task's overrides, the variant's fields, then
@@ -113,7 +109,7 @@ def _grid_run(base: Validated, parent: Path, key: RunKey, fields: dict, task_ove
     name = run_name({**{k: v for k, v in axes.items() if k != "seed"}, **fields, "seed": key.seed})
     changes = {**task_overrides.get(key.task, {}), **fields, **axes, "output_dir": str(parent / name)}
     try:
-        reads = options_read(type(base), {**base.to_dict(), **changes})  # an unknown method: refused here
+        reads = keys_of_run(type(base), {**base.to_dict(), **changes})  # an unknown method: refused here
         values = {**base.to_dict(), **{k: v for k, v in method_options.items() if k in reads}, **changes}
         return GridRun(key, name, type(base).from_dict(values, others="drop"))
     except UsageError as err:

@@ -23,6 +23,7 @@ from course_lib.tasks.registry import find_task, get_family
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
 
 METHOD_PREFIXES = ("ssa_", "asa_", "sparsegen_", "bernoulli_", "ag_")  # a method's own settings
+LOWER_IS_BETTER = ("loss", "perplexity")  # metric names containing these improve downwards
 READ_ON = {  # options a run reads only on some tasks (a table leaves them out of the others' labels): ASA's
     # divergence of a tagger's outputs, and of a regressor's (one score per sentence)
     "asa_tagging_divergence": lambda task: task.family == "tagging",
@@ -33,7 +34,6 @@ READ_ON = {  # options a run reads only on some tasks (a table leaves them out o
 def task_reads(key: str, task) -> bool:
     """Whether a run on `task` (a task preset; None: unknown here) reads option `key` at all."""
     return task is None or READ_ON.get(key, lambda _: True)(task)
-LOWER_IS_BETTER = ("loss", "perplexity")  # metric names containing these improve downwards
 
 
 def lower_is_better(metric: str) -> bool:

@@ -6,10 +6,11 @@ of the smoke presets would be trained twice, minutes apart, to the same numbers 
 
 `python -m course_lib notebooks run` names, in FINISHED_RUNS_ENV, the folder where the same notebook and preset write by
 default (where JupyterLab and nbval put their runs). Before each run of a notebook's grid (`lab.grid.run_grid`),
-a run whose own folder holds no metrics.json looks there for a completed run whose saved configuration equals its own in every field but output_dir (the test
-`finished_run` applies to its own folder) and copies it: the weights as hard links where the filesystem allows,
-metrics.json rewritten to name its new folder. A run that differs in any field trains as before; a data file
-that each execution wrote into its own folder counts as the same where both hold the same bytes. Like every finished run, a copied one is only as current as the code that
+a run whose own folder holds no metrics.json looks there for a completed run whose saved configuration equals
+its own in every field but output_dir (the test `finished_run` applies to its own folder) and copies it: the
+weights as hard links where the filesystem allows, metrics.json rewritten to name its new folder. A run that
+differs in any field trains as before; a data file that each execution wrote into its own folder counts as the
+same where both hold the same bytes. Like every finished run, a copied one is only as current as the code that
 trained it: `make clean` (or deleting runs/) starts afresh.
 """
 from __future__ import annotations

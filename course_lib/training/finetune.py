@@ -81,7 +81,8 @@ def output_rows(model, features: list[dict], batch_size: int, accelerator: Accel
     return ordered
 
 
-def evaluate(model, task, family: TaskFamily, dev_sets: dict[str, list[dict]], batch_size: int, accelerator: Accelerator,
+def evaluate(model, task, family: TaskFamily, dev_sets: dict[str, list[dict]], batch_size: int,
+             accelerator: Accelerator,
              pad_token_id: int = 0, degenerate: list[str] | None = None,
              predictions: dict | None = None) -> dict[str, dict[str, float]]:
     """Metrics per dev split, as the task's family scores them (GLUE's names: accuracy, f1, ...).
@@ -104,7 +105,8 @@ def evaluate(model, task, family: TaskFamily, dev_sets: dict[str, list[dict]], b
     return results
 
 
-def dev_entry(model, task, family: TaskFamily, dev_sets: dict[str, list[dict]], batch_size: int, accelerator: Accelerator,
+def dev_entry(model, task, family: TaskFamily, dev_sets: dict[str, list[dict]], batch_size: int,
+              accelerator: Accelerator,
               pad_token_id: int = 0, predictions: dict | None = None) -> dict:
     """The dev part of an epoch's history entry, for finetune and multitask alike: `evaluate`'s metrics per
     split, plus `warnings` (a line per degenerate split) only when there are some."""

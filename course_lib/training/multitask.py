@@ -33,8 +33,7 @@ from torch import nn
 from course_lib.model.pair_heads import SeparatePairClassifier, encode_separately
 from course_lib.tasks.cs224n import CourseTask
 from course_lib.tasks.metrics import shown
-from course_lib.methods.registry import get_method
-from course_lib.tasks.registry import get_family, get_task
+from course_lib.tasks.registry import get_task
 from course_lib.tasks.span_qa import SPAN_QA
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, TrainingRunConfig
 from course_lib.errors import UsageError
@@ -44,7 +43,7 @@ from course_lib.training.loop import Job, TrainingLoop, add_stats, finished_run,
 from course_lib.training.task_schedules import epoch_plan, schedule_alpha
 from course_lib.repro import METRICS, WEIGHTS, atomic_write, remove_stale_temporaries, seed_everything
 from course_lib.training.finetune import batch_loss, dev_entry, epoch_features, task_examples
-from course_lib.training.run import Run, resolve
+from course_lib.training.run import Run, resolve, resolve_preset
 from course_lib.training.task_model import build_classifier
 from course_lib.model.weights import check_runnable, load_from_folder, load_pretrained, resolve_model_dir
 
@@ -105,9 +104,7 @@ def build_multitask(cfg: MultitaskConfig, encoder, tokenizer, runs: list[Run] | 
         return build_classifier(run, encoder, tokenizer)
 
     if runs is None:
-        views = [task_config(cfg, name) for name in cfg.task_names()]
-        runs = [Run(view, get_task(view.task), get_family(get_task(view.task).family), get_method(view.method), None)
-                for view in views]
+        runs = [resolve_preset(task_config(cfg, name)) for name in cfg.task_names()]
     model = MultitaskBert(encoder, {run.task.name: head(run) for run in runs})
     encoder.requires_grad_(cfg.option != "pretrain")  # the course's --option pretrain: only the heads train
     return model

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from course_lib.methods.registry import Method, get_method
 from course_lib.model.weights import resolve_model_dir
-from course_lib.tasks.registry import TaskFamily, get_family, run_task
+from course_lib.tasks.registry import TaskFamily, get_family, get_task, run_task
 from course_lib.training.config import FinetuneConfig
 
 
@@ -20,7 +20,7 @@ class Run:
     task: object  # the task preset bound to the run's files and options (`TaskPreset.bind`)
     family: TaskFamily
     method: Method
-    model_dir: Path | None  # None: a head built on an encoder already loaded (`multitask.build_multitask`)
+    model_dir: Path | None  # None: a head built on an encoder already loaded (`resolve_preset`)
 
 
 def resolve(cfg: FinetuneConfig, model_dir: Path | None = None) -> Run:
@@ -32,3 +32,10 @@ def resolve(cfg: FinetuneConfig, model_dir: Path | None = None) -> Run:
     method.check_family(task.family)
     return Run(cfg, task, get_family(task.family), method,
                resolve_model_dir(cfg.model) if model_dir is None else model_dir)
+
+
+def resolve_preset(cfg: FinetuneConfig) -> Run:
+    """The run as a head built on an encoder already loaded needs it: the task's preset as it is (no file read)
+    and no model folder (a multitask model rebuilt from a finished run's folder, or on a toy encoder)."""
+    preset = get_task(cfg.task)
+    return Run(cfg, preset, get_family(preset.family), get_method(cfg.method), None)
