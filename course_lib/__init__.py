@@ -2,16 +2,16 @@
 
 The public names below are imported lazily, so light modules (metrics, the task registry, plotting) can be
 used without paying for torch and transformers at import time. Importing the package first also sets how
-torch's OpenMP threads wait (`course_lib.openmp`), which only takes effect before torch is loaded.
+torch's OpenMP threads wait (`course_lib.runtime.openmp`), which only takes effect before torch is loaded.
 """
 
-from course_lib.openmp import use_passive_wait
+from course_lib.runtime.openmp import use_passive_wait
 
 __version__ = "0.1.0"
-use_passive_wait()  # before anything imports torch: libgomp reads it once, at load (course_lib/openmp.py)
+use_passive_wait()  # before anything imports torch: libgomp reads it once, at load (course_lib/runtime/openmp.py)
 
 _PUBLIC = {
-    "BertConfig": "model.config", "FinetuneConfig": "training.config", "UsageError": "errors",
+    "BertConfig": "model.config", "FinetuneConfig": "training.config", "UsageError": "runtime.errors",
     "BertModel": "model.bert", "BertOutput": "model.bert", "load_pretrained": "model.weights",
     "MultitaskConfig": "training.config", "MultitaskBert": "training.multitask",
     "train_multitask": "training.multitask",

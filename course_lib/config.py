@@ -16,7 +16,7 @@ import dataclasses
 import typing
 from typing import ClassVar
 
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 
 
 def _check_type(cls_name: str, name: str, value, annotation) -> None:

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
-from course_lib.errors import UsageError, choice_error, find_named, name_key
+from course_lib.runtime.errors import UsageError, choice_error, find_named, name_key
 
 T = TypeVar("T")
 

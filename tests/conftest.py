@@ -1,7 +1,7 @@
 import random
 from pathlib import Path
 
-import course_lib  # noqa: F401  first: it sets OpenMP's wait policy before torch loads (course_lib/openmp.py)
+import course_lib  # noqa: F401  first: it sets OpenMP's wait policy before torch loads (course_lib/runtime/openmp.py)
 import pytest
 import torch
 

@@ -8,7 +8,7 @@ import torch
 from course_lib.methods.ag import AttentionGuidance, HeadGroup, ag_scale_at, ag_targets, assign_heads
 from course_lib.model.bert import BertModel
 from course_lib.model.config import BertConfig
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 
 LENGTHS = (7, 4, 1)  # real tokens per example; padded to L = 9, one example of a single token
 L = 9

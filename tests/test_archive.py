@@ -3,7 +3,7 @@ option as what those runs did (`course_lib.lab.archive`)."""
 import pytest
 
 from course_lib.config import first_difference
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.lab.archive import archived_difference, read_config
 from course_lib.training.config import FinetuneConfig, MultitaskConfig
 from course_lib.training.loop import check_same_run

@@ -18,7 +18,7 @@ from transformers.models.bert.modeling_bert import eager_attention_forward
 from course_lib.teaching import assignment
 from course_lib.teaching import check
 from course_lib.teaching import public_checks
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.model.bert import BertModel
 from course_lib.model.weights import ours_to_hf
 from course_lib.training.optim import AdamW

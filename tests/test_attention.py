@@ -10,7 +10,7 @@ from course_lib.model.attention import attend, get_normalizer, softmax, sparsity
 from course_lib.model.sparsemax import sparsegen_lin
 from course_lib.model.bert import BertModel
 from course_lib.model.config import BertConfig
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 
 
 def scores(*shape, scale=2.0, seed=0, dtype=torch.float64):

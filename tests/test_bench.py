@@ -10,7 +10,7 @@ from torch import nn
 from course_lib.lab.bench import suite as bench
 from course_lib.lab.bench import timing
 from course_lib.lab.bench.head_speed import format_head_speed, span_speed, tagging_speed
-from course_lib import cli
+from course_lib.runtime import cli
 from course_lib.training.config import PretrainConfig
 
 TINY_PRETRAIN = PretrainConfig(method="ag", num_hidden_layers=1, hidden_size=32, num_attention_heads=8,

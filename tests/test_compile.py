@@ -12,7 +12,7 @@ import torch
 
 from course_lib.model.weights import load_pretrained
 from course_lib.tasks.tagging import IGNORE_INDEX
-from course_lib.training.compiled import next_length, pad_batch
+from course_lib.runtime.compiled import next_length, pad_batch
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
 
@@ -48,7 +48,7 @@ def test_compile_default_trains_like_eager_on_a_cpu(no_dropout_model, tmp_path):
 
 CACHE = ("import os; os.environ.pop('TORCHINDUCTOR_CACHE_DIR', None)\n"
          "import torch._inductor.config  # it writes torch's default folder into the environment\n"
-         "from course_lib.training.compiled import cache_per_cpu_path; print(cache_per_cpu_path())")
+         "from course_lib.runtime.compiled import cache_per_cpu_path; print(cache_per_cpu_path())")
 
 
 def test_compiled_code_is_cached_per_cpu_path():

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from course_lib import cli
-from course_lib.errors import UsageError
+from course_lib.runtime import cli
+from course_lib.runtime.errors import UsageError
 from course_lib.tasks import cs224n, sentence
 from course_lib.tasks.registry import every_task, get_task, run_task
 from course_lib.training.config import FinetuneConfig

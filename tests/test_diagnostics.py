@@ -6,7 +6,7 @@ import pytest
 from transformers import BertTokenizerFast
 
 from course_lib.lab.bench import diagnostics as d
-from course_lib.cli import main
+from course_lib.runtime.cli import main
 from course_lib.tasks.sentence import Example, encode_examples as encode
 
 

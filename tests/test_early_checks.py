@@ -11,14 +11,14 @@ import pytest
 import torch
 import yaml
 
-from course_lib import cli
+from course_lib.runtime import cli
 from course_lib.training import multitask
 from course_lib.training import pretrain
-from course_lib import repro
+from course_lib.runtime import repro
 from course_lib.lab import sweep, sweep_cli
 from course_lib.training import finetune as train
 from course_lib.training.config import FinetuneConfig
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.model.weights import check_model, read_checkpoint, read_model_config
 
 ENTRY_POINTS = ["finetune", "multitask", "pretrain", "sweep"]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from course_lib import cli
-from course_lib import notebook_params
+from course_lib.runtime import cli
+from course_lib.runtime import notebook_params
 from course_lib.lab import notebooks, sweep
 from course_lib.methods.registry import METHODS
 from course_lib.tasks.registry import FAMILIES, TASKS

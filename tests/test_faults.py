@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from course_lib import cli
-from course_lib.errors import RunFailed
-from course_lib.repro import atomic_write, save_torch
+from course_lib.runtime import cli
+from course_lib.runtime.errors import RunFailed
+from course_lib.runtime.repro import atomic_write, save_torch
 from course_lib.training import loop as loop_module
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.tasks import local_data
 from course_lib.tasks.batching import epoch_batches, subsample
 from course_lib.tasks.glue import GLUE_TASKS, get_task, load_split

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from course_lib.lab.bench import gpu_check
-from course_lib.notebook_params import check_parameters, notebook_names
+from course_lib.runtime.notebook_params import check_parameters, notebook_names
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -93,7 +93,7 @@ def test_generated_vocabulary_keeps_the_shipped_words_whole(monkeypatch):
     lengths would be those of another tokenizer, and notebook 01's check of the word 'funny' would find no token."""
     import transformers
 
-    from course_lib.errors import UsageError
+    from course_lib.runtime.errors import UsageError
     from course_lib.model import weights
 
     def absent():
@@ -107,7 +107,7 @@ def test_generated_vocabulary_keeps_the_shipped_words_whole(monkeypatch):
 
 
 def test_loop_compile_settings_are_checked_before_any_work():
-    from course_lib.errors import UsageError
+    from course_lib.runtime.errors import UsageError
 
     assert gpu_check.parse_args(["--device", "cpu", "--loop-compile", "off, default"]).loop_compile == ("off", "default")
     assert gpu_check.parse_args(["--device", "cpu"]).loop_compile is None  # the section's own choice

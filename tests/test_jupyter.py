@@ -1,4 +1,4 @@
-"""What a student sees in JupyterLab: the attention-lab kernel (course_lib.kernel), JupyterLab's defaults for the
+"""What a student sees in JupyterLab: the attention-lab kernel (course_lib.runtime.kernel), JupyterLab's defaults for the
 course environment, progress bars whose saved form is their last state, and figures scaled to what they show."""
 import json
 import os
@@ -9,10 +9,10 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from course_lib import kernel
+from course_lib.runtime import kernel
 from course_lib import plots
-from course_lib.notebook_params import NOTEBOOK_DIR, notebook_names
-from course_lib.openmp import SPIN_COUNT, WAIT_POLICY
+from course_lib.runtime.notebook_params import NOTEBOOK_DIR, notebook_names
+from course_lib.runtime.openmp import SPIN_COUNT, WAIT_POLICY
 
 LAB_SCHEMAS = Path(sys.prefix) / "share" / "jupyter" / "lab" / "schemas"
 
@@ -21,7 +21,7 @@ def test_install_writes_the_kernel_spec_and_valid_lab_overrides(tmp_path):
     spec_file, overrides_file = kernel.install(prefix=str(tmp_path))
     spec = json.loads(spec_file.read_text())
     assert spec["display_name"] == "attention-lab" and spec["argv"][0] == sys.executable
-    assert spec["argv"][-4:] == ["-m", "course_lib.kernel", "-f", "{connection_file}"]
+    assert spec["argv"][-4:] == ["-m", "course_lib.runtime.kernel", "-f", "{connection_file}"]
     overrides = json.loads(overrides_file.read_text())
     assert overrides_file == tmp_path / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
     for plugin, settings in overrides.items():  # every key is a real setting of the installed JupyterLab
@@ -66,14 +66,14 @@ def test_a_saved_notebook_shows_each_bar_as_it_ended_and_the_kernel_waits_passiv
     is saved as its last line of text, a transient one as nothing, and a cell's outputs do not grow with its bars
     (JupyterLab folds past 50). Read here as JupyterLab reads the file."""
     training, spin = run_in_kernel(
-        "from course_lib.repro import progress\n"
+        "from course_lib.runtime.repro import progress\n"
         "for epoch in range(12):\n"
         "    for _ in progress(range(64), desc=f'epoch {epoch}'):\n"
         "        pass\n"
         "    for _ in range(4):\n"
         "        for _ in progress(range(8), desc='evaluating', leave=False): pass\n"
         "    print(f'epoch {epoch}: dev accuracy 0.5')",
-        "from course_lib.openmp import idle_spin_seconds\nprint(idle_spin_seconds())")
+        "from course_lib.runtime.openmp import idle_spin_seconds\nprint(idle_spin_seconds())")
     training = as_jupyterlab_shows(training)
     assert not [o for o in training if WIDGET_VIEW in o.get("data", {})]  # no view that can dangle
     text = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in training)

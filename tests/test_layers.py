@@ -2,8 +2,9 @@
 
 The layers, lowest first (STRUCTURE.md explains each). A module may import its own layer and the ones below it.
 Function-local imports count too: a late import hides a dependency from the reader, it does not remove it.
-Everything below `lab` is the lesson a student reads; `course_lib.lab` is the research machinery around it
-(grids, sweeps, the archive, reports, benchmarks, the GPU check), so the lesson never imports the lab.
+The layers are not the folders: `course_lib.runtime` (entry points, run files, CPU kernels, compile, trackers, export,
+predict) has modules on several layers, each named by its own name below. Nothing below `lab` imports the lab
+(grids, sweeps, the archive, reports, benchmarks, the GPU check).
 """
 from __future__ import annotations
 
@@ -13,16 +14,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = (
-    {"errors", "repro", "config", "registry", "openmp"},  # the shared base: one-line errors, seeding, atomic writes,
-    #   progress bars, the config framework, the registry type, OpenMP's wait policy
+    {"runtime", "runtime.errors", "runtime.repro", "runtime.openmp", "runtime.compiled", "runtime.tracking",
+     "config", "registry"},  # the shared base: one-line errors, seeding, atomic writes, progress bars, OpenMP's
+    #   wait policy, compile and trackers (the loop's options), the config framework, the registry type
     {"model"},  # plain PyTorch BERT
-    {"fast"},  # CPU kernels swapped into a model
+    {"runtime.fast"},  # CPU kernels swapped into a model
     {"tasks"},
     {"methods"},
-    {"training"},
-    {"plots", "notebook_params", "teaching"},  # what the notebooks draw and check, the assignment
+    {"training", "runtime.export"},  # the loop and the jobs; a finished run as a Hugging Face folder (`export`)
+    {"plots", "runtime.notebook_params", "runtime.predict", "teaching"},  # what the notebooks draw and check,
+    #   a finished run's model on new rows, the assignment
     {"lab"},  # the research machinery: not the lesson
-    {"cli", "__main__", "kernel"},  # the command line, the kernel
+    {"runtime.cli", "__main__", "runtime.kernel"},  # the command line, the kernel
 )
 
 
@@ -48,13 +51,15 @@ def import_graph(package_dir: Path) -> dict[str, set[str]]:
 
 
 def layer(module: str) -> int:
-    """The layer index of a module, by its first name below the package; a name in no layer is an error."""
+    """The layer index of a module, by its first name below the package (a runtime module by its own name); a name in
+    no layer is an error."""
     parts = module.split(".")
     if len(parts) == 1:  # the package's __init__, which imports lazily from anywhere: the top
         return len(LAYERS) - 1
-    for index, names in enumerate(LAYERS):
-        if parts[1] in names:
-            return index
+    for name in (".".join(parts[1:3]), parts[1]):  # a runtime module by its own name, the rest by their folder
+        for index, names in enumerate(LAYERS):
+            if name in names:
+                return index
     raise AssertionError(f"{module} belongs to no layer: add `{parts[1]}` to LAYERS in {Path(__file__).name} "
                          f"and to STRUCTURE.md")
 
@@ -129,8 +134,8 @@ def test_a_module_outside_every_layer_is_named(tmp_path):
     copy = tmp_path / "course_lib"
     copy.mkdir()
     (copy / "__init__.py").write_text("")
-    (copy / "helpers.py").write_text("from course_lib import errors\n")
-    (copy / "errors.py").write_text("")
+    (copy / "helpers.py").write_text("from course_lib import registry\n")
+    (copy / "registry.py").write_text("")
     try:
         upward_imports(import_graph(copy))
     except AssertionError as err:

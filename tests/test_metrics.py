@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.tasks.glue_score import GLUE_SCORE
 from course_lib.tasks.metrics import METRICS, SCORES, compute_metrics, degenerate_predictions, paired_t_test, shown
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 import transformers
 
-from course_lib import cli
-from course_lib.errors import UsageError
+from course_lib.runtime import cli
+from course_lib.runtime.errors import UsageError
 from course_lib.model.heads import MultipleChoiceHead
 from course_lib.model.weights import load_pretrained, load_tokenizer
 from course_lib.tasks import multiple_choice as mc

@@ -1,4 +1,4 @@
-"""How torch's OpenMP threads wait (course_lib.openmp): passive in every entry point, unless the user said
+"""How torch's OpenMP threads wait (course_lib.runtime.openmp): passive in every entry point, unless the user said
 otherwise. Checked by behaviour, not by reading the environment: `idle_spin_seconds` measures the CPU time the
 worker threads burn while the main thread sleeps, which only a spinning wait policy burns."""
 import os
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.openmp import SPIN_COUNT, WAIT_POLICY, idle_spin_seconds, use_passive_wait
+from course_lib.runtime.openmp import SPIN_COUNT, WAIT_POLICY, idle_spin_seconds, use_passive_wait
 
 ROOT = Path(__file__).resolve().parent.parent
 SPINNING = 0.1  # CPU seconds over idle_spin_seconds' 40 pauses: ~0.3 s when threads spin, ~0.02 s when they sleep
@@ -26,7 +26,7 @@ def spin_after(entry_point: str, env: dict) -> float:
     code = (f"import runpy, sys; sys.argv = [{entry_point!r}, '--help']\n"
             f"try:\n    runpy.run_module({entry_point!r}, run_name='__main__', alter_sys=True)\n"
             "except SystemExit:\n    pass\n"
-            "from course_lib.openmp import idle_spin_seconds; print(idle_spin_seconds())")
+            "from course_lib.runtime.openmp import idle_spin_seconds; print(idle_spin_seconds())")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -58,7 +58,7 @@ def test_the_measurement_sees_spinning_threads_when_the_user_asks_for_them():
 def test_a_child_process_inherits_the_setting():
     """The sweep's runs and papermill's kernels are child processes of a course_lib command."""
     code = ("import course_lib, subprocess, sys\n"
-            "subprocess.run([sys.executable, '-c', 'import torch\\nfrom course_lib.openmp import idle_spin_seconds\\n"
+            "subprocess.run([sys.executable, '-c', 'import torch\\nfrom course_lib.runtime.openmp import idle_spin_seconds\\n"
             "print(idle_spin_seconds())'], check=True)")
     out = subprocess.run([sys.executable, "-c", code], env=clean_env(), cwd=ROOT, capture_output=True, text=True,
                          timeout=300)
@@ -89,7 +89,7 @@ def test_the_contention_bench_runs_each_setting_in_a_process_that_has_it():
     (["--rounds", "0"], "--rounds 0: must be at least 1"),
 ])
 def test_bad_contention_arguments_are_one_line_errors_before_anything_runs(argv, message, capsys):
-    from course_lib import cli
+    from course_lib.runtime import cli
 
     assert cli.main(["bench", "contention", *argv]) == 2
     err = capsys.readouterr().err.strip()

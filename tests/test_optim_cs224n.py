@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.training.optim import AdamW
 
 SEED, STEPS, LR, WEIGHT_DECAY = 0, 1000, 1e-3, 1e-4

@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.registry import Registry
 
 

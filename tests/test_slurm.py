@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from course_lib.errors import PREEMPTED, UsageError
+from course_lib.runtime.errors import PREEMPTED, UsageError
 from course_lib.lab import slurm, sweep_cli
 from course_lib.lab.sweep import load_grid
 

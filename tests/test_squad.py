@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.tasks import local_data
 from course_lib.tasks.squad import (
     QAExample,

@@ -15,7 +15,7 @@ import yaml
 
 from course_lib.lab import collect
 from course_lib.lab import sweep, sweep_cli
-from course_lib.cli import build_parser
+from course_lib.runtime.cli import build_parser
 from course_lib.methods.asa import ASAOptions
 from course_lib.training.config import FinetuneConfig
 from course_lib.lab.archive import archived_difference

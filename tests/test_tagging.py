@@ -12,8 +12,8 @@ import pytest
 import torch
 import transformers
 
-from course_lib import cli
-from course_lib.errors import UsageError
+from course_lib.runtime import cli
+from course_lib.runtime.errors import UsageError
 from course_lib.model.heads import IGNORE_INDEX
 from course_lib.tasks import local_data, sources, tagging
 from course_lib.tasks.registry import get_task, run_task

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from course_lib.training.config import FinetuneConfig
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.training.finetune import finetune
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +126,7 @@ def test_nonfinite_loss_stops_and_keeps_the_checkpoint(tiny_model_dir, keyword_g
 def test_bad_input_is_one_line_and_exit_2(args, message, capsys, monkeypatch):
     """The command's own entry point in this process (a fresh process costs seconds per case: the one below),
     refused before it touches this process's malloc or starts a run."""
-    from course_lib import cli
+    from course_lib.runtime import cli
 
     def started(*args, **kwargs):
         raise AssertionError("the command went past its checks")

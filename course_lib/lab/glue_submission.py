@@ -27,8 +27,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_lib.errors import Parser, UsageError, report_errors
-from course_lib.repro import METRICS, WEIGHTS, atomic_write
+from course_lib.runtime.errors import Parser, UsageError, report_errors
+from course_lib.runtime.repro import METRICS, WEIGHTS, atomic_write
 from course_lib.tasks import glue
 from course_lib.tasks.glue_score import glue_score
 from course_lib.tasks.glue_test_splits import (TEST_SPLITS, GlueTestSplit, UnlabelledRows, expected_indices,
@@ -170,7 +170,7 @@ def tsv_text(indices: list[int], values: list[str]) -> str:
 
 def predict_rows(folder: Path, names: list[str], tests: dict, batch_size: int | None) -> dict[str, list[str]]:
     """One run's model on its test splits, loaded once, through `predict`'s own code (`Predictor`)."""
-    from course_lib.training.predict import Predictor
+    from course_lib.runtime.predict import Predictor
 
     predictor = Predictor(folder, batch_size)
     return {name: [submission_value(predictor.task, row)

@@ -28,9 +28,9 @@ import itertools
 from pathlib import Path
 from typing import NamedTuple
 
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.config import Validated
-from course_lib.repro import progress
+from course_lib.runtime.repro import progress
 from course_lib.lab.archive import keys_of_run
 from course_lib.lab.records import percent_scale
 from course_lib.lab.reuse import reuse_finished_run

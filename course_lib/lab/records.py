@@ -14,7 +14,7 @@ import json
 import math
 from typing import Callable
 
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.lab.archive import old_defaults
 from course_lib.methods.registry import every_method
 from course_lib.tasks.glue_score import GLUE_SCORE, glue_score

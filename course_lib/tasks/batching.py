@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 
 
 def pad_tokens(features: list[dict], pad_token_id: int = 0) -> dict[str, torch.Tensor]:

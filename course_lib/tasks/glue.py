@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from course_lib.errors import UsageError, choice_error, find_named
+from course_lib.runtime.errors import UsageError, choice_error, find_named
 from course_lib.tasks import local_data
 from course_lib.tasks.sentence import SENTENCE, Example
 

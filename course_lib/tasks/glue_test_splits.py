@@ -22,7 +22,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.tasks import glue, local_data
 from course_lib.tasks.sentence import Example
 

@@ -29,7 +29,7 @@ import numpy as np
 from scipy import optimize, stats
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from course_lib.errors import choice_error
+from course_lib.runtime.errors import choice_error
 
 ArrayLike = Sequence[float] | np.ndarray
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from course_lib.config import NoOptions, Validated
-from course_lib.errors import UsageError, choice_error
+from course_lib.runtime.errors import UsageError, choice_error
 from course_lib.registry import Registry
 
 

@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.tasks import glue, sentence, sources
 
 DELIMITERS = {".csv": ",", ".tsv": "\t", ".jsonl": None}  # suffix -> field separator (None: a JSON line)

@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.tasks import local_data
 
 SPLITS = ("train", "dev", "test")

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from course_lib.config import Validated, described, positive
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.model.heads import SpanHead
 from course_lib.tasks import squad
 

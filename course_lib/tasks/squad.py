@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from course_lib.errors import UsageError, choice_error
-from course_lib.repro import atomic_write
+from course_lib.runtime.errors import UsageError, choice_error
+from course_lib.runtime.repro import atomic_write
 from course_lib.tasks import local_data
 from course_lib.tasks.batching import pad_tokens
 

@@ -20,9 +20,9 @@ import torch
 from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
 
 from course_lib.config import Validated, described
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.model.heads import IGNORE_INDEX, TokenClassifier
-from course_lib.repro import atomic_write
+from course_lib.runtime.repro import atomic_write
 from course_lib.tasks.batching import pad_tokens
 from course_lib.tasks.sources import Source, read_split, split_paths
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course_lib.teaching import check
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 STAFF_ONLY = ("course_lib/teaching/assignment.py", "tests/hidden/", "tests/test_assignment.py")
@@ -175,7 +175,7 @@ def make_references(path: str | os.PathLike = check.REFERENCES) -> Path:
     import torch
     from safetensors.torch import save
 
-    from course_lib.repro import atomic_write
+    from course_lib.runtime.repro import atomic_write
 
     check.load_checks()
     tensors = {}
@@ -236,7 +236,7 @@ def grade_question(student: Path, question: dict, timeout: float) -> dict:
 def grade(student_dir: str | os.PathLike, report_path: str | os.PathLike, jobs: int = 2,
           timeout: float = 300.0) -> dict:
     """Grade a student copy with this reference's questions and checks; write the JSON report."""
-    from course_lib.repro import write_json
+    from course_lib.runtime.repro import write_json
 
     student = Path(student_dir).resolve()
     if not (student / "course_lib" / "__init__.py").is_file():
@@ -254,7 +254,7 @@ def grade(student_dir: str | os.PathLike, report_path: str | os.PathLike, jobs: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from course_lib.errors import Parser, report_errors
+    from course_lib.runtime.errors import Parser, report_errors
 
     parser = Parser(prog="python -m course_lib assignment", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser, required=True)

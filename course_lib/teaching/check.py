@@ -125,8 +125,8 @@ def load_checks(hidden: bool = False) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from course_lib.errors import Parser, report_errors
-    from course_lib.errors import UsageError, choice_error
+    from course_lib.runtime.errors import Parser, report_errors
+    from course_lib.runtime.errors import UsageError, choice_error
 
     parser = Parser(prog="python -m course_lib check", description=__doc__.splitlines()[0])
     parser.add_argument("question", help="a question id such as q1a, or all")

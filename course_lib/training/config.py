@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from course_lib.config import Validated, described, fraction, non_negative, optional_positive, positive, unit_interval
-from course_lib.errors import UsageError, choice_error
+from course_lib.runtime.errors import UsageError, choice_error
 from course_lib.methods.registry import every_method, get_method, multitask_methods, option_owners
 from course_lib.methods.pretraining import PRETRAIN_METHODS, get_pretrain_method, pretrain_option_owners
 from course_lib.model.config import MIXED_PRECISION, BertConfig
@@ -39,7 +39,7 @@ class RunConfig(Validated):
     mixed_precision: str = described("no", "accelerate's autocast; fp16 needs a CUDA GPU, bf16 also runs on CPUs")
     on_nonfinite_loss: str = described("stop", "stop: fail keeping the last good checkpoint; skip: drop that step")
     fast_kernels: bool = described(True,
-        "swap the CPU kernels in (course_lib.fast.optimize): same function, faster; dropout masks are drawn another "
+        "swap the CPU kernels in (course_lib.runtime.fast.optimize): same function, faster; dropout masks are drawn another "
         "way, so runs with and without differ by their draws")
     log_every: int = described(50,
         "read the loss and the method's statistics from the device every N steps (the bar and the loss curve show "
@@ -57,7 +57,7 @@ class RunConfig(Validated):
         positive(self, "batch_size", "lr", "log_every")
         non_negative(self, "weight_decay", "max_grad_norm")
         if self.report_to != "none":  # its package is checked now, before any data or model
-            from course_lib.training.tracking import check_tracker
+            from course_lib.runtime.tracking import check_tracker
 
             check_tracker(self.report_to)
 

@@ -29,16 +29,16 @@ from safetensors.torch import save as safetensors_save
 from course_lib.tasks import batching, sentence, sources
 from course_lib.tasks.metrics import shown
 from course_lib.training.config import FinetuneConfig
-from course_lib.training.export import export_if_asked
+from course_lib.runtime.export import export_if_asked
 from course_lib.training.run import Run, resolve
 from course_lib.training.task_model import build_classifier, load_encoder
 from course_lib.model.heads import SequenceClassifier
-from course_lib.training.compiled import step_collate
+from course_lib.runtime.compiled import step_collate
 from course_lib.training.loop import Job, TrainingLoop, add_stats, finished_run, open_run, present_stats
-from course_lib.repro import WEIGHTS
+from course_lib.runtime.repro import WEIGHTS
 from course_lib.methods.registry import EpochContext
 from course_lib.tasks.registry import TaskFamily
-from course_lib.repro import atomic_write, progress, save_torch, seed_everything
+from course_lib.runtime.repro import atomic_write, progress, save_torch, seed_everything
 from course_lib.model.weights import check_runnable
 
 

@@ -27,12 +27,12 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 
-from course_lib.fast import optimize
-from course_lib.errors import Preempted, RunFailed, UsageError
+from course_lib.runtime.fast import optimize
+from course_lib.runtime.errors import Preempted, RunFailed, UsageError
 from course_lib.config import first_difference
-from course_lib.training.compiled import check_compile, compile_modules
-from course_lib.training.tracking import log_with, scalars, tracker_config
-from course_lib.repro import (CHECKPOINT, METRICS, check_writable_dir, lock_exclusive, progress,
+from course_lib.runtime.compiled import check_compile, compile_modules
+from course_lib.runtime.tracking import log_with, scalars, tracker_config
+from course_lib.runtime.repro import (CHECKPOINT, METRICS, check_writable_dir, lock_exclusive, progress,
                               remove_stale_temporaries, restore_training_state, save_torch, training_state,
                               write_json)
 

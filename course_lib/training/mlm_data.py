@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.tasks import glue, local_data
 from course_lib.training.config import PretrainConfig
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 
 
 @torch.no_grad()

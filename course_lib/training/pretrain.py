@@ -39,11 +39,11 @@ from course_lib.methods.pretraining import get_pretrain_method
 from course_lib.model.bert import BertModel
 from course_lib.model.config import BertConfig, check_mixed_precision
 from course_lib.training.config import PretrainConfig
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.training.loop import Job, TrainingLoop, finished_run, open_run
-from course_lib.training.tracking import scalars
+from course_lib.runtime.tracking import scalars
 from course_lib.training.mlm_data import IGNORE, load_corpus, mask_tokens, pack_blocks, pad_blocks, step_generator
-from course_lib.repro import WEIGHTS, atomic_write, seed_everything, write_json
+from course_lib.runtime.repro import WEIGHTS, atomic_write, seed_everything, write_json
 from course_lib.model.weights import load_tokenizer, ours_to_hf, resolve_model_dir
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")

@@ -16,9 +16,9 @@ import subprocess
 import sys
 import time
 
-from course_lib.errors import UsageError
-from course_lib.openmp import SPIN_COUNT, WAIT_POLICY, idle_spin_seconds
-from course_lib.repro import progress
+from course_lib.runtime.errors import UsageError
+from course_lib.runtime.openmp import SPIN_COUNT, WAIT_POLICY, idle_spin_seconds
+from course_lib.runtime.repro import progress
 
 THREADS = "OMP_NUM_THREADS"
 FREE_CORES = "ATTENTION_LAB_BENCH_FREE_CORES"  # a child told to take as many threads as cores are idle at start
@@ -51,10 +51,10 @@ def idle_cores(window: float = 0.5) -> float:
 
 def step_times(steps: int, batch_size: int, seq_len: int) -> dict:
     """In this process: the threads it runs with and the seconds of `steps` training steps after one warm-up."""
-    import torch  # loaded already (course_lib.repro): the process's OpenMP settings were fixed at its start
+    import torch  # loaded already (course_lib.runtime.repro): the process's OpenMP settings were fixed at its start
 
-    from course_lib.fast import optimize
-    from course_lib.fast.allocator import keep_freed_memory
+    from course_lib.runtime.fast import optimize
+    from course_lib.runtime.fast.allocator import keep_freed_memory
     from course_lib.model.weights import load_pretrained
 
     if os.environ.get(FREE_CORES):

@@ -34,7 +34,7 @@ from course_lib.tasks.registry import get_family
 from course_lib.training.config import FinetuneConfig
 from course_lib.methods.registry import every_method, get_method
 from course_lib.tasks.metrics import paired_t_test
-from course_lib.repro import atomic_write, progress, write_json
+from course_lib.runtime.repro import atomic_write, progress, write_json
 
 POSITIVE = "good great excellent wonderful brilliant superb fantastic lovely perfect delightful charming".split()
 NEGATIVE = "bad awful terrible horrible boring dull poor weak ugly dreadful annoying".split()
@@ -314,7 +314,7 @@ def format_table(results: dict, reference: str = "vanilla") -> str:
 
 def main(args) -> None:
     """`bench diagnostics`: run (or read back) every run, then print the tables or JSON."""
-    from course_lib.errors import UsageError
+    from course_lib.runtime.errors import UsageError
 
     methods = [m.strip() for m in (args.methods or ",".join(every_method())).split(",") if m.strip()]
     for m in methods:

@@ -70,7 +70,7 @@ def sst2_batches(glue_dir: Path, model_dir: Path, count: int, graphs: bool, seed
     import random
 
     from course_lib.model.weights import load_tokenizer
-    from course_lib.training.compiled import pad_batch
+    from course_lib.runtime.compiled import pad_batch
 
     batch, max_len = PAPER_SHAPE
     lines = (glue_dir / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]
@@ -113,10 +113,10 @@ def training_step(model, device, batches: list[dict], call):
 
 
 def ours_step_seconds(model_dir: Path, device, compile: str, batches: list[dict], steps: int) -> float:
-    from course_lib.fast import optimize
+    from course_lib.runtime.fast import optimize
     from course_lib.model.heads import SequenceClassifier
     from course_lib.model.weights import load_pretrained
-    from course_lib.training.compiled import compile_modules
+    from course_lib.runtime.compiled import compile_modules
 
     encoder, _ = load_pretrained(model_dir)
     model = SequenceClassifier(encoder, 2, 0.1).to(device).train()

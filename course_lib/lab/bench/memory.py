@@ -7,7 +7,7 @@ encodes it, shuffled batches padded to their longest row (finetune's default: no
 BERT's parameter groups, `loop.guarded_step` with the clip at 1.0, dropout on; then a few evaluation batches
 without gradients. Each run is a fresh process, since peak resident memory (`ru_maxrss`) is a process's lifetime
 high and malloc's settings are process-wide; each runs under both settings of `ATTENTION_LAB_KEEP_FREED_MEMORY`
-(`course_lib.fast.allocator`). The table gives the peaks, their ratio, and the median step time, which shows
+(`course_lib.runtime.fast.allocator`). The table gives the peaks, their ratio, and the median step time, which shows
 what keeping freed memory buys.
 """
 from __future__ import annotations
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
-from course_lib.fast.allocator import SETTING, auto_keeps, keep_freed_memory
-from course_lib.repro import progress
+from course_lib.runtime.fast.allocator import SETTING, auto_keeps, keep_freed_memory
+from course_lib.runtime.repro import progress
 
 GOAL = 1.2  # at most this times transformers' peak, both with the default setting (issue 42)
 MODES = ("0", "1")  # malloc as it is, freed memory kept; the default, auto, picks one per run
@@ -50,7 +50,7 @@ CASES = {"sst2": MemoryCase("SST-2", 128, 32, "BertForSequenceClassification"),
 
 def _features(case: str, tokenizer, max_len: int) -> tuple[list[dict], object]:
     """The shipped data as finetune encodes it, and the collate function for its batches."""
-    from course_lib.errors import UsageError
+    from course_lib.runtime.errors import UsageError
     from course_lib.tasks import glue, local_data, sentence, squad
 
     env = "GLUE_DIR" if case == "sst2" else "SQUAD_DIR"
@@ -66,7 +66,7 @@ def _features(case: str, tokenizer, max_len: int) -> tuple[list[dict], object]:
 
 def _models(case: str, who: str, model_name):
     """(model, loss function of a batch): ours as finetune builds it (fast kernels in), or transformers'."""
-    from course_lib.fast import optimize
+    from course_lib.runtime.fast import optimize
     from course_lib.model.heads import SequenceClassifier, SpanHead
     from course_lib.model.weights import load_pretrained, resolve_model_dir
 
@@ -92,7 +92,7 @@ def run_one(case: str, who: str, steps: int, eval_batches: int, model_name=None)
     from accelerate import Accelerator
 
     from course_lib.model.weights import load_tokenizer, resolve_model_dir
-    from course_lib.repro import seed_everything
+    from course_lib.runtime.repro import seed_everything
     from course_lib.tasks.batching import epoch_batches
     from course_lib.training.loop import guarded_step, param_groups
 

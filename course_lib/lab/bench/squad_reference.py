@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 from course_lib.methods.registry import METHODS, Method, register
 from course_lib.model.heads import ClassifierOutput, SpanHead
 from course_lib.model.weights import resolve_model_dir

@@ -23,9 +23,9 @@ from typing import Callable
 
 import torch
 
-from course_lib.fast import optimize
-from course_lib.fast.allocator import keep_freed_memory
-from course_lib.repro import progress
+from course_lib.runtime.fast import optimize
+from course_lib.runtime.fast.allocator import keep_freed_memory
+from course_lib.runtime.repro import progress
 from course_lib.lab.bench.head_speed import format_head_speed, span_speed, tagging_speed
 from course_lib.lab.bench.timing import interleaved, machine_load, ratio_summary, timed
 from course_lib.model.weights import load_pretrained, resolve_model_dir
@@ -142,7 +142,7 @@ def format_speed(results: dict) -> str:
              f"({results['threads']} threads); batch {results['batch_size']}",
              "ours: every position of every layer, as HF; [CLS]: the last layer computes [CLS] alone "
              "(the encoder's cls_only, what the classification heads use); all give HF's pooler_output. "
-             "ours = with fast kernels (course_lib.fast.optimize), plain = the plain PyTorch reading path",
+             "ours = with fast kernels (course_lib.runtime.fast.optimize), plain = the plain PyTorch reading path",
              "| L | mode | ours s | ours [CLS] s | plain [CLS] s | HF sdpa s | HF eager s | ours vs sdpa "
              "| ours [CLS] vs sdpa | plain [CLS] vs sdpa | ours GFLOP/s | of peak |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -318,7 +318,7 @@ def _finetune_contestants(model_name, lines: list[str], batch_size: int, seq_len
     from course_lib.training.config import FinetuneConfig
     from course_lib.training.loop import param_groups
     from course_lib.methods.registry import get_method
-    from course_lib.repro import seed_everything
+    from course_lib.runtime.repro import seed_everything
     from course_lib.methods.ssa import default_token_labels
     from course_lib.training.run import resolve
     from course_lib.training.task_model import build_classifier, load_encoder
@@ -354,7 +354,7 @@ def _pretrain_contestants(pcfg, lines: list[str], tokenizer, accelerator, steps:
     from course_lib.training.loop import param_groups
     from course_lib.training.mlm_data import mask_tokens, pack_blocks, pad_blocks, step_generator
     from course_lib.training.pretrain import build_mlm_model
-    from course_lib.repro import seed_everything
+    from course_lib.runtime.repro import seed_everything
 
     seed_everything(pcfg.seed)
     mlm_model, guidance = build_mlm_model(pcfg, tokenizer)

@@ -10,7 +10,7 @@ import statistics
 import time
 from typing import Callable
 
-from course_lib.repro import progress
+from course_lib.runtime.repro import progress
 
 
 def timed(fn) -> float:

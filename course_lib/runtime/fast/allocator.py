@@ -30,7 +30,7 @@ import ctypes
 import os
 import sys
 
-from course_lib.errors import choice_error
+from course_lib.runtime.errors import choice_error
 
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's <malloc.h> parameter numbers
 SETTING = "ATTENTION_LAB_KEEP_FREED_MEMORY"

@@ -1,8 +1,8 @@
 """The notebooks' Jupyter kernel, `attention-lab`, and the JupyterLab settings a course environment wants.
 
-`python -m course_lib.kernel install` (what `make install` runs) writes into this environment (sys.prefix):
-- the kernel spec `attention-lab`, which starts `python -m course_lib.kernel -f CONNECTION_FILE`: ipykernel,
-  started after `import course_lib` has chosen how torch's OpenMP threads wait (`course_lib.openmp`), which must
+`python -m course_lib.runtime.kernel install` (what `make install` runs) writes into this environment (sys.prefix):
+- the kernel spec `attention-lab`, which starts `python -m course_lib.runtime.kernel -f CONNECTION_FILE`: ipykernel,
+  started after `import course_lib` has chosen how torch's OpenMP threads wait (`course_lib.runtime.openmp`), which must
   happen before any cell imports torch;
 - `share/jupyter/lab/settings/overrides.json`: JupyterLab's defaults for this environment, with the news feed
   and the update check off, so a student is not asked about Jupyter news on every start (and the offline course
@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-import course_lib  # noqa: F401  (course_lib.openmp's setting, before the kernel's cells import torch)
+import course_lib  # noqa: F401  (course_lib.runtime.openmp's setting, before the kernel's cells import torch)
 
 KERNEL_NAME = "attention-lab"
 LAB_OVERRIDES = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
@@ -29,7 +29,7 @@ def install(prefix: str = sys.prefix) -> list[Path]:
 
     with tempfile.TemporaryDirectory() as tmp:
         spec = write_kernel_spec(Path(tmp) / KERNEL_NAME, overrides={
-            "argv": make_ipkernel_cmd(mod="course_lib.kernel", python_arguments=["-Xfrozen_modules=off"]),
+            "argv": make_ipkernel_cmd(mod="course_lib.runtime.kernel", python_arguments=["-Xfrozen_modules=off"]),
             "display_name": KERNEL_NAME})
         folder = Path(KernelSpecManager().install_kernel_spec(spec, KERNEL_NAME, prefix=prefix))
     settings = Path(prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json"

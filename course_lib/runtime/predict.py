@@ -16,8 +16,8 @@ from pathlib import Path
 
 from accelerate import Accelerator
 
-from course_lib.errors import Parser, UsageError, report_errors
-from course_lib.repro import atomic_write
+from course_lib.runtime.errors import Parser, UsageError, report_errors
+from course_lib.runtime.repro import atomic_write
 from course_lib.tasks.registry import every_family, get_family, run_task
 from course_lib.training.finetune import output_rows
 from course_lib.training.task_model import finished_config, load_finetuned

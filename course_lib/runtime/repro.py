@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from course_lib.errors import RunFailed, UsageError
+from course_lib.runtime.errors import RunFailed, UsageError
 
 CHECKPOINT, METRICS, WEIGHTS = "checkpoint.pt", "metrics.json", "model.safetensors"  # every run folder's files
 

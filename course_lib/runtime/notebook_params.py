@@ -16,11 +16,11 @@ from pathlib import Path
 
 import yaml
 
-from course_lib.errors import UsageError, choice_error, yaml_float_hint
-from course_lib.repro import METRICS, write_json
+from course_lib.runtime.errors import UsageError, choice_error, yaml_float_hint
+from course_lib.runtime.repro import METRICS, write_json
 
 # The repository's notebooks; tests point ATTENTION_LAB_NOTEBOOKS at a folder of their own.
-NOTEBOOK_DIR = Path(os.environ.get("ATTENTION_LAB_NOTEBOOKS") or Path(__file__).resolve().parents[1] / "notebooks")
+NOTEBOOK_DIR = Path(os.environ.get("ATTENTION_LAB_NOTEBOOKS") or Path(__file__).resolve().parents[2] / "notebooks")
 PRESETS = ("smoke", "cpu", "paper")  # CPU minutes; data/, about an hour on a laptop; GPU, the paper's setup
 LITERALS = (str, int, float, bool, list, dict, tuple, type(None))  # what a parameters cell may hold
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from accelerate.tracking import GeneralTracker, on_main_process
 
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 
 TRACKER_PACKAGES = {  # accelerate's trackers: the module each needs, and its pip package
     "tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"), "mlflow": ("mlflow", "mlflow"),

@@ -14,7 +14,7 @@ import os
 import torch
 from torch import nn
 
-from course_lib.errors import UsageError
+from course_lib.runtime.errors import UsageError
 
 PAD_LENGTHS = (32, 64, 96, 128, 192, 256, 384, 512)  # the sequence lengths a `graphs` batch is padded up to
 FILL = {"attention_mask": 0, "token_type_ids": 0, "token_labels": -1, "labels": -100}  # input_ids: the pad id
