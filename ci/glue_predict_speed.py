@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from course_lib.lab.glue_submission import predict_rows
-from course_lib.tasks.glue_test_splits import TEST_SPLITS, read_test
+from course_lib.lab.glue_test_splits import TEST_SPLITS, read_test
 from course_lib.runtime.predict import predict_file
 
 

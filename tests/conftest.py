@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from course_lib.model.weights import default_model_dir
-from course_lib.tasks import local_data
+from course_lib.readers import local_data
 from sentiment_words import BAD, FILLER, GOOD
 
 @pytest.fixture(scope="session")

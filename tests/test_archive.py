@@ -2,7 +2,7 @@
 option as what those runs did (`course_lib.lab.archive`)."""
 import pytest
 
-from course_lib.config import first_difference
+from course_lib.runtime.validated import first_difference
 from course_lib.runtime.errors import UsageError
 from course_lib.lab.archive import archived_difference, read_config
 from course_lib.training.config import FinetuneConfig, MultitaskConfig

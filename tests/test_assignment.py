@@ -142,7 +142,7 @@ def test_pair_head_questions_ask_for_the_multitask_functions(manifest):
     assert {qid: questions[qid]["functions"] for qid in ("q4a", "q4b", "q4c")} == {
         "q4a": ["course_lib/model/pair_heads.py:combine_pair"],
         "q4b": ["course_lib/model/pair_heads.py:SeparatePairClassifier.pair_logits"],
-        "q4c": ["course_lib/training/cs224n_project.py:CourseModel.predict_paraphrase"]}
+        "q4c": ["course_lib/teaching/cs224n_project.py:CourseModel.predict_paraphrase"]}
     for qid in ("q4a", "q4b", "q4c"):
         kinds = [c["hidden"] for c in questions[qid]["checks"]]
         assert kinds.count(False) >= 2 and kinds.count(True) >= 1, qid

@@ -1,4 +1,4 @@
-"""The CS224N default project's data files (`course_lib.tasks.cs224n`): tab-separated `.csv` files with pandas'
+"""The CS224N default project's data files (`course_lib.readers.cs224n`): tab-separated `.csv` files with pandas'
 unnamed index column and an id, read into examples that keep their ids; Quora's unlabelled rows dropped with one
 warning; every other bad row one line naming file and line; the folder from --data-dir or CS224N_DATA_DIR; the
 unlabelled test-student split; and one fine-tuning run on the files. The files are written here, in the course's
@@ -10,7 +10,8 @@ import pytest
 
 from course_lib.runtime import cli
 from course_lib.runtime.errors import UsageError
-from course_lib.tasks import cs224n, sentence
+from course_lib.readers import cs224n
+from course_lib.tasks import sentence
 from course_lib.tasks.registry import every_task, get_task, run_task
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune

@@ -14,8 +14,9 @@ from course_lib.runtime import cli
 from course_lib.model.pair_heads import SeparatePairClassifier, encode_separately, split_packed_pair
 from course_lib.model.weights import load_pretrained
 from course_lib.runtime.repro import seed_everything
-from course_lib.tasks import cs224n, sentence
-from course_lib.training import cs224n_project
+from course_lib.readers import cs224n
+from course_lib.tasks import sentence
+from course_lib.teaching import cs224n_project
 from course_lib.training.config import MultitaskConfig
 from course_lib.training.multitask import build_multitask, train_multitask
 from cs224n_fixture import learnable_course_folder

@@ -143,7 +143,7 @@ def test_multitask_with_ssa_reads_once_per_window(counter, tiny_model_dir, tmp_p
 def test_cs224n_mode_reads_once_per_window(counter, tiny_model_dir, tmp_path):
     from cs224n_fixture import learnable_course_folder
 
-    from course_lib.training.cs224n_project import run_cs224n
+    from course_lib.teaching.cs224n_project import run_cs224n
 
     data = learnable_course_folder(tmp_path / "data", n_train=48, n_dev=16)
     cfg = MultitaskConfig(cs224n=True, data_dir=str(data), model=str(tiny_model_dir), max_len=32,

@@ -15,11 +15,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = (
     {"runtime", "runtime.errors", "runtime.repro", "runtime.openmp", "runtime.compiled", "runtime.tracking",
-     "config", "registry"},  # the shared base: one-line errors, seeding, atomic writes, progress bars, OpenMP's
-    #   wait policy, compile and trackers (the loop's options), the config framework, the registry type
+     "runtime.validated", "runtime.registry"},  # the shared base: one-line errors, seeding, atomic writes, progress
+    #   bars, OpenMP's wait policy, compile and trackers (the loop's options), the config framework, the registry type
     {"model"},  # plain PyTorch BERT
     {"runtime.fast"},  # CPU kernels swapped into a model
-    {"tasks"},
+    {"tasks", "readers"},  # the task families; the files their presets read
     {"methods"},
     {"training", "runtime.export"},  # the loop and the jobs; a finished run as a Hugging Face folder (`export`)
     {"plots", "runtime.notebook_params", "runtime.predict", "teaching"},  # what the notebooks draw and check,
@@ -134,8 +134,8 @@ def test_a_module_outside_every_layer_is_named(tmp_path):
     copy = tmp_path / "course_lib"
     copy.mkdir()
     (copy / "__init__.py").write_text("")
-    (copy / "helpers.py").write_text("from course_lib import registry\n")
-    (copy / "registry.py").write_text("")
+    (copy / "helpers.py").write_text("from course_lib import plots\n")
+    (copy / "plots.py").write_text("")
     try:
         upward_imports(import_graph(copy))
     except AssertionError as err:

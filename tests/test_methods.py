@@ -9,7 +9,7 @@ import torch
 
 from course_lib.methods import registry as methods
 from course_lib.tasks.registry import every_family
-from course_lib.config import field_docs
+from course_lib.runtime.validated import field_docs
 from course_lib.training.config import FinetuneConfig
 from course_lib.runtime.errors import UsageError
 from course_lib.methods.registry import METHODS, Method, every_method, get_method, register

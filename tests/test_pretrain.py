@@ -9,7 +9,7 @@ import torch
 from course_lib.runtime import cli
 from course_lib.training import loop as loop_module
 from course_lib.model.config import BertConfig
-from course_lib.tasks import local_data
+from course_lib.readers import local_data
 from course_lib.tasks.squad import write_article_split
 from course_lib.training.config import FinetuneConfig, PretrainConfig
 from course_lib.training.finetune import finetune

@@ -1,11 +1,11 @@
-"""The one registry type (course_lib/registry.py) on toy entries: built on first use, a name means one thing, the
+"""The one registry type (course_lib/runtime/registry.py) on toy entries: built on first use, a name means one thing, the
 one-line error lists the valid names, loose names for task presets, and who reads an option."""
 from dataclasses import dataclass, field
 
 import pytest
 
 from course_lib.runtime.errors import UsageError
-from course_lib.registry import Registry
+from course_lib.runtime.registry import Registry
 
 
 @dataclass(frozen=True)

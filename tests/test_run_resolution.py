@@ -7,7 +7,7 @@ import sys
 from collections import Counter
 
 from course_lib.model import weights
-from course_lib.registry import Registry
+from course_lib.runtime.registry import Registry
 from course_lib.training.config import FinetuneConfig, MultitaskConfig
 from course_lib.training.finetune import finetune
 from course_lib.training.loop import TrainingLoop

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from course_lib.tasks import local_data
+from course_lib.readers import local_data
 
 ROOT = Path(__file__).resolve().parents[1]
 

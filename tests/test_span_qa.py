@@ -14,7 +14,8 @@ from course_lib.lab.bench import squad_reference
 from course_lib.methods.registry import METHODS
 from course_lib.model.heads import SpanHead
 from course_lib.model.weights import load_pretrained
-from course_lib.tasks import local_data, squad
+from course_lib.readers import local_data
+from course_lib.tasks import squad
 from course_lib.tasks.registry import run_task
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from course_lib.runtime.errors import UsageError
-from course_lib.tasks import local_data
+from course_lib.readers import local_data
 from course_lib.tasks.squad import (
     QAExample,
     apply_null_threshold,

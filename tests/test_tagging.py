@@ -15,7 +15,8 @@ import transformers
 from course_lib.runtime import cli
 from course_lib.runtime.errors import UsageError
 from course_lib.model.heads import IGNORE_INDEX
-from course_lib.tasks import local_data, sources, tagging
+from course_lib.readers import local_data, sources
+from course_lib.tasks import tagging
 from course_lib.tasks.registry import get_task, run_task
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune

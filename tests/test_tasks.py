@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from course_lib.runtime.cli import main
-from course_lib.config import Validated, described, positive
+from course_lib.runtime.validated import Validated, described, positive
 from course_lib.runtime.errors import UsageError
 from course_lib.methods.registry import get_method
 from course_lib.tasks import glue, sentence
@@ -193,7 +193,7 @@ def test_an_sst2_run_with_ssa_loads_neither_other_families_nor_other_methods():
         "family_of(cfg.task, cfg.task_type).options, run_task(cfg)\n" + LOADED))
     assert {"course_lib.tasks.glue", "course_lib.tasks.sentence", "course_lib.methods.ssa"} <= loaded
     others = {"course_lib.tasks.squad", "course_lib.tasks.span_qa", "course_lib.tasks.tagging",
-              "course_lib.tasks.multiple_choice", "course_lib.tasks.cs224n", "course_lib.methods.asa",
+              "course_lib.tasks.multiple_choice", "course_lib.readers.cs224n", "course_lib.methods.asa",
               "course_lib.methods.ssaf"}
     assert not loaded & others
 

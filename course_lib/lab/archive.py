@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from course_lib.config import Validated, first_difference
+from course_lib.runtime.validated import Validated, first_difference
 
 SAVED_BEFORE = {  # option: what runs saved before it existed did (docs/departures.md tells each one's story)
     "asa_regression_divergence": "squared",  # ASA on STS-B: the squared difference of the two passes' scores

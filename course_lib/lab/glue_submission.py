@@ -13,7 +13,7 @@ The leaderboard refuses a zip with a task missing: `--fill-missing majority` wri
 class (STS-B: its mean score) for a task without a run, and says so on stdout and in `manifest.json` inside the
 zip, with the runs, the project's commit and where each test split was read. `--check FILE.zip` checks any zip
 against the same rules and the test files' rows, naming the first problem. Everything a user can get wrong is
-found before a model loads (`plan`). Test splits: `course_lib.tasks.glue_test_splits`.
+found before a model loads (`plan`). Test splits: `course_lib.lab.glue_test_splits`.
 """
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ from pathlib import Path
 from course_lib.runtime.errors import Parser, UsageError, report_errors
 from course_lib.runtime.repro import METRICS, WEIGHTS, atomic_write
 from course_lib.tasks import glue
-from course_lib.tasks.glue_score import glue_score
-from course_lib.tasks.glue_test_splits import (TEST_SPLITS, GlueTestSplit, UnlabelledRows, expected_indices,
+from course_lib.lab.glue_score import glue_score
+from course_lib.lab.glue_test_splits import (TEST_SPLITS, GlueTestSplit, UnlabelledRows, expected_indices,
                                                read_test, splits_predicted_by)
 
 HEADER = "index\tprediction"

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from course_lib.runtime.errors import UsageError
-from course_lib.config import Validated
+from course_lib.runtime.validated import Validated
 from course_lib.runtime.repro import progress
 from course_lib.lab.archive import keys_of_run
 from course_lib.lab.records import percent_scale

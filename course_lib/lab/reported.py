@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from course_lib.tasks.glue_score import GLUE_AVERAGE
+from course_lib.lab.glue_score import GLUE_AVERAGE
 
 
 @dataclasses.dataclass(frozen=True)

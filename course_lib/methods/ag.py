@@ -28,7 +28,7 @@ from typing import ClassVar, Iterable, Sequence
 
 import torch
 
-from course_lib.config import Validated, described, non_negative
+from course_lib.runtime.validated import Validated, described, non_negative
 from course_lib.model.attention import at_least_fp32
 from course_lib.runtime.errors import UsageError, choice_error
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.config import Validated, described, fraction, non_negative
+from course_lib.runtime.validated import Validated, described, fraction, non_negative
 from course_lib.model.attention import ScoreCut, at_least_fp32
 from course_lib.model.heads import (IGNORE_INDEX, ClassifierOutput, MultipleChoiceHead, SequenceClassifier,
                                     SpanHead, TokenClassifier)

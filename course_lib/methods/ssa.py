@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.config import Validated, described, fraction, unit_interval
+from course_lib.runtime.validated import Validated, described, fraction, unit_interval
 from course_lib.tasks.batching import special_token_ids
 from course_lib.model.heads import ClassifierOutput, SequenceClassifier
 

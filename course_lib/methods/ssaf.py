@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from course_lib.config import Validated, described
+from course_lib.runtime.validated import Validated, described
 from course_lib.runtime.errors import UsageError
 from course_lib.model.attention import sparsity
 

@@ -16,7 +16,7 @@ import re
 import sys
 import typing
 
-from course_lib.config import field_docs
+from course_lib.runtime.validated import field_docs
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, field_choices
 from course_lib.runtime.errors import Parser, UsageError, report_errors
 from course_lib.runtime.fast.allocator import keep_freed_memory, memory_mode
@@ -162,7 +162,7 @@ def _train(command: str, cfg) -> dict:
         result = pretrain(cfg)
         return {"method": result["method"], "corpus": result["corpus"]["source"], **result["final"]}
     if cfg.cs224n:
-        from course_lib.training.cs224n_project import PREDICTIONS, run_cs224n
+        from course_lib.teaching.cs224n_project import PREDICTIONS, run_cs224n
 
         result = run_cs224n(cfg)
         return {**result["cs224n"], "predictions": f"{cfg.output_dir}/{PREDICTIONS}"}

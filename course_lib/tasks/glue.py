@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 from course_lib.runtime.errors import UsageError, choice_error, find_named
-from course_lib.tasks import local_data
+from course_lib.readers import local_data
 from course_lib.tasks.sentence import SENTENCE, Example
 
 

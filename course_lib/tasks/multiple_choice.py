@@ -30,7 +30,7 @@ import torch
 from course_lib.runtime.errors import UsageError
 from course_lib.model.heads import MultipleChoiceHead
 from course_lib.runtime.repro import atomic_write
-from course_lib.tasks import sources
+from course_lib.readers import sources
 from course_lib.tasks.batching import pad_tokens
 from course_lib.tasks.metrics import compute_metrics
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from course_lib.config import NoOptions, Validated
+from course_lib.runtime.validated import NoOptions, Validated
 from course_lib.runtime.errors import UsageError, choice_error
-from course_lib.registry import Registry
+from course_lib.runtime.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,8 @@ def family_of(task: str, task_type: str | None) -> TaskFamily:
 # The built-in families: each entry builds its family, importing its modules, the first time it is asked for.
 
 def _sentence_family() -> TaskFamily:
-    from course_lib.tasks import sentence, sentence_files
+    from course_lib.readers import sentence_files
+    from course_lib.tasks import sentence
     return TaskFamily(
         sentence.SENTENCE, "classification or regression of a sentence or a pair",
         read=sentence.read, encode=sentence.encode, collate=sentence.collate, build_head=sentence.plain_head,
@@ -186,7 +187,7 @@ def _squad_presets() -> Iterable:
 
 
 def _file_presets() -> Iterable:
-    from course_lib.tasks import sentence_files
+    from course_lib.readers import sentence_files
     return sentence_files.PRESETS
 
 
@@ -201,7 +202,7 @@ def _multiple_choice_presets() -> Iterable:
 
 
 def _cs224n_presets() -> Iterable:
-    from course_lib.tasks import cs224n
+    from course_lib.readers import cs224n
     return cs224n.PRESETS
 
 

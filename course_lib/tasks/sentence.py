@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from course_lib.config import Validated, described
+from course_lib.runtime.validated import Validated, described
 from course_lib.runtime.errors import UsageError
 from course_lib.model.heads import SequenceClassifier
 from course_lib.runtime.repro import atomic_write

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from course_lib.config import Validated, described, positive
+from course_lib.runtime.validated import Validated, described, positive
 from course_lib.runtime.errors import UsageError
 from course_lib.model.heads import SpanHead
 from course_lib.tasks import squad

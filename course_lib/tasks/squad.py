@@ -36,7 +36,7 @@ import torch
 
 from course_lib.runtime.errors import UsageError, choice_error
 from course_lib.runtime.repro import atomic_write
-from course_lib.tasks import local_data
+from course_lib.readers import local_data
 from course_lib.tasks.batching import pad_tokens
 
 

@@ -502,7 +502,7 @@ def _course_model(g):
     code); the similarity head gives other numbers, so reading the wrong head fails."""
     from course_lib.model.heads import SequenceClassifier
     from course_lib.model.pair_heads import SeparatePairClassifier
-    from course_lib.training.cs224n_project import CourseModel
+    from course_lib.teaching.cs224n_project import CourseModel
     from course_lib.training.multitask import MultitaskBert
 
     class SidesHead(SeparatePairClassifier):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from course_lib.config import Validated, described, fraction, non_negative, optional_positive, positive, unit_interval
+from course_lib.runtime.validated import Validated, described, fraction, non_negative, optional_positive, positive, unit_interval
 from course_lib.runtime.errors import UsageError, choice_error
 from course_lib.methods.registry import every_method, get_method, multitask_methods, option_owners
 from course_lib.methods.pretraining import PRETRAIN_METHODS, get_pretrain_method, pretrain_option_owners

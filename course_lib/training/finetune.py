@@ -26,7 +26,8 @@ import torch
 from accelerate import Accelerator
 from safetensors.torch import save as safetensors_save
 
-from course_lib.tasks import batching, sentence, sources
+from course_lib.readers import sources
+from course_lib.tasks import batching, sentence
 from course_lib.tasks.metrics import shown
 from course_lib.training.config import FinetuneConfig
 from course_lib.runtime.export import export_if_asked

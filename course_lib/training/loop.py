@@ -29,7 +29,7 @@ from accelerate import Accelerator
 
 from course_lib.runtime.fast import optimize
 from course_lib.runtime.errors import Preempted, RunFailed, UsageError
-from course_lib.config import first_difference
+from course_lib.runtime.validated import first_difference
 from course_lib.runtime.compiled import check_compile, compile_modules
 from course_lib.runtime.tracking import log_with, scalars, tracker_config
 from course_lib.runtime.repro import (CHECKPOINT, METRICS, check_writable_dir, lock_exclusive, progress,

@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from course_lib.runtime.errors import UsageError
-from course_lib.tasks import glue, local_data
+from course_lib.readers import local_data
+from course_lib.tasks import glue
 from course_lib.training.config import PretrainConfig
 
 IGNORE = -100  # label of the positions that are not predicted

@@ -5,7 +5,7 @@ The CS224N default project (minBERT) trains one BERT for sentiment (SST), paraph
 every task and scores a run by the mean of the three dev metrics (quoted in notebook 02).
 Here the tasks are any presets of the task registry: GLUE's (sst2, mrpc or qqp, stsb; rte stands in for paraphrase
 where only SST-2, CoLA, RTE and STS-B are at hand), the course's own files (cs224n_sst, cs224n_para, cs224n_sts;
-`course_lib.training.cs224n_project` adds the course's interface and predictions files), and span QA (the report's
+`course_lib.teaching.cs224n_project` adds the course's interface and predictions files), and span QA (the report's
 SQuAD 2.0 head, squad_v2). A pair is one sequence [CLS] a [SEP] b [SEP] (BERT's cross-encoding), or with
 pair_encoding "separate" each sentence on its own under a bi-encoder head (`course_lib.model.pair_heads`, the
 course's default). SSA is SSA-Co of Kou et al. (2020), not the
@@ -31,7 +31,7 @@ from safetensors.torch import save as safetensors_save
 from torch import nn
 
 from course_lib.model.pair_heads import SeparatePairClassifier, encode_separately
-from course_lib.tasks.cs224n import CourseTask
+from course_lib.readers.cs224n import CourseTask
 from course_lib.tasks.metrics import shown
 from course_lib.tasks.registry import get_task
 from course_lib.tasks.span_qa import SPAN_QA

@@ -309,7 +309,7 @@ def pair_logits_one_encoder_call_on_2b_rows():
 def paraphrase_logit_with_a_cross_encoded_head():
     """pair_encoding cross: the paraphrase head reads [CLS] a [SEP] b [SEP] (`join_pair`); float32, 5 pairs."""
     from course_lib.model.heads import SequenceClassifier
-    from course_lib.training.cs224n_project import CourseModel, join_pair
+    from course_lib.teaching.cs224n_project import CourseModel, join_pair
     from course_lib.training.multitask import MultitaskBert
 
     encoder = _MaxPoolEncoder()

@@ -99,7 +99,7 @@ def shipped_words() -> list[str]:
     import collections
     import re
 
-    from course_lib.tasks.local_data import shipped_folder
+    from course_lib.readers.local_data import shipped_folder
 
     counts = collections.Counter()
     folder = shipped_folder("GLUE_DIR")
@@ -130,7 +130,7 @@ def write_generated_glue(folder: Path, train_rows: int = 256, dev_rows: int = 64
     """Every GLUE task's folder in the original TSV layout, filled with generated sentences and labels;
     shipped=True: a link to the repository's real copy for the tasks data/glue holds (SST-2, CoLA, ...)."""
     from course_lib.tasks.glue import GLUE_TASKS
-    from course_lib.tasks.local_data import shipped_folder
+    from course_lib.readers.local_data import shipped_folder
     from course_lib.training.mlm_data import generated_corpus
 
     rng = random.Random(seed)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from course_lib.tasks import local_data
+from course_lib.readers import local_data
 
 PAPER_SHAPE = (32, 128)
 

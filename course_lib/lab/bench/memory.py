@@ -51,7 +51,8 @@ CASES = {"sst2": MemoryCase("SST-2", 128, 32, "BertForSequenceClassification"),
 def _features(case: str, tokenizer, max_len: int) -> tuple[list[dict], object]:
     """The shipped data as finetune encodes it, and the collate function for its batches."""
     from course_lib.runtime.errors import UsageError
-    from course_lib.tasks import glue, local_data, sentence, squad
+    from course_lib.readers import local_data
+    from course_lib.tasks import glue, sentence, squad
 
     env = "GLUE_DIR" if case == "sst2" else "SQUAD_DIR"
     folder = local_data.data_folder(env)

@@ -199,7 +199,8 @@ def saved_activation_bytes(loss_fn: Callable[[], object], module: torch.nn.Modul
 def text_lines(glue_dir: str | None = None) -> tuple[list[str], str]:
     """Real-ish sentences: SST-2's training set from glue_dir, $GLUE_DIR or data/glue, else pretrain's generated
     corpus."""
-    from course_lib.tasks import glue, local_data
+    from course_lib.readers import local_data
+    from course_lib.tasks import glue
     from course_lib.training.mlm_data import generated_corpus
 
     glue_dir = local_data.data_folder("GLUE_DIR", glue_dir)

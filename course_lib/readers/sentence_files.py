@@ -30,7 +30,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from course_lib.runtime.errors import UsageError
-from course_lib.tasks import glue, sentence, sources
+from course_lib.readers import sources
+from course_lib.tasks import glue, sentence
 
 DELIMITERS = {".csv": ",", ".tsv": "\t", ".jsonl": None}  # suffix -> field separator (None: a JSON line)
 FIELD_NAMES = {",": "comma", "\t": "tab"}

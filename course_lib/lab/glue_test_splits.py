@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course_lib.runtime.errors import UsageError
-from course_lib.tasks import glue, local_data
+from course_lib.readers import local_data
+from course_lib.tasks import glue
 from course_lib.tasks.sentence import Example
 
 

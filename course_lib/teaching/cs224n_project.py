@@ -1,7 +1,7 @@
 """The CS224N default project ("minBERT") on this repository: the course's model interface and its deliverables.
 
 `python -m course_lib multitask --cs224n --data-dir DIR --output-dir OUT` trains the multitask model on the
-course's three tasks (`course_lib.tasks.cs224n`: sentiment on SST, paraphrase on Quora, similarity on SemEval
+course's three tasks (`course_lib.readers.cs224n`: sentiment on SST, paraphrase on Quora, similarity on SemEval
 STS), with every option `multitask` has (schedules, SSA per task, resume), then writes what the course asks
 students to hand in, in the course's own format:
 
@@ -33,7 +33,7 @@ from torch import nn
 from course_lib.model.pair_heads import SeparatePairClassifier
 from course_lib.model.weights import resolve_model_dir
 from course_lib.runtime.repro import atomic_write
-from course_lib.tasks.cs224n import CourseTask
+from course_lib.readers.cs224n import CourseTask
 from course_lib.tasks.metrics import compute_metrics
 from course_lib.training.config import MultitaskConfig
 from course_lib.training.finetune import predict

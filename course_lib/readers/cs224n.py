@@ -33,8 +33,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from course_lib.runtime.errors import UsageError, choice_error
-from course_lib.tasks import sentence, sources
-from course_lib.tasks.sentence_files import (CLASSIFICATION_METRICS, REGRESSION_METRICS, FileSentenceTask,
+from course_lib.readers import sources
+from course_lib.tasks import sentence
+from course_lib.readers.sentence_files import (CLASSIFICATION_METRICS, REGRESSION_METRICS, FileSentenceTask,
                                              _records, label_text, parse_label, scored_splits)
 
 ENV = "CS224N_DATA_DIR"
