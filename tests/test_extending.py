@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from course_lib.runtime import cli
-from course_lib.runtime import notebook_params
+from course_lib.notebook import params as notebook_params
 from course_lib.lab import notebooks, sweep
 from course_lib.methods.registry import METHODS
 from course_lib.tasks.registry import FAMILIES, TASKS

@@ -13,6 +13,7 @@ import pytest
 from course_lib.runtime import cli
 from course_lib.runtime.errors import RunFailed
 from course_lib.runtime.repro import atomic_write, save_torch
+from course_lib.runtime import run_folder
 from course_lib.training import loop as loop_module
 
 
@@ -82,7 +83,7 @@ def test_a_second_process_in_a_busy_run_folder_refuses_at_start(tiny_model_dir, 
     holds (its run was killed) does not block, and neither does this process's own lock for its own runs."""
     out = tmp_path / "run"
     out.mkdir()
-    loop_module.lock_run_folder(out)
+    run_folder.lock_run_folder(out)
     try:
         done = subprocess.run([sys.executable, "-m", "course_lib", *tiny_run(tiny_model_dir, keyword_glue, out)],
                               capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
@@ -92,9 +93,9 @@ def test_a_second_process_in_a_busy_run_folder_refuses_at_start(tiny_model_dir, 
                                        f"--output-dir")
         assert cli.main(tiny_run(tiny_model_dir, keyword_glue, out)) == 0  # the holder's own run goes on
     finally:
-        loop_module.unlock_run_folder(out)
+        run_folder.unlock_run_folder(out)
     (out / "metrics.json").unlink()
-    assert (out / loop_module.RUN_LOCK).read_text().startswith("process ")  # left behind, held by nobody
+    assert (out / run_folder.RUN_LOCK).read_text().startswith("process ")  # left behind, held by nobody
     done = subprocess.run([sys.executable, "-m", "course_lib", *tiny_run(tiny_model_dir, keyword_glue, out)],
                           capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
     assert done.returncode == 0, done.stderr

@@ -15,6 +15,7 @@ from course_lib.runtime.errors import UsageError
 from course_lib.lab import glue_submission
 from course_lib.lab.glue_submission import check_zip, write_submission
 from course_lib.lab import glue_test_splits
+from course_lib.readers import glue_files
 from course_lib.tasks import glue
 from course_lib.lab.glue_test_splits import TEST_SPLITS, read_test
 from course_lib.training.config import FinetuneConfig
@@ -189,7 +190,7 @@ def test_offline_the_shipped_dev_files_stand_in_for_test_and_the_zip_says_it_is_
     monkeypatch.delenv("GLUE_DIR", raising=False)
     offline = UsageError("offline")
     monkeypatch.setattr(glue_test_splits, "_from_hub", lambda test: (_ for _ in ()).throw(offline))
-    monkeypatch.setattr(glue, "_load_from_hub", lambda task, split: (_ for _ in ()).throw(offline))
+    monkeypatch.setattr(glue_files, "from_hub", lambda task, split: (_ for _ in ()).throw(offline))
     rows = read_test(TEST_SPLITS["SST-2"])
     assert rows.stand_in and rows.indices == list(range(872)) and "dev.tsv" in rows.origin
     assert [ex.texts for ex in rows.examples] == [ex.texts for ex in glue.load_split("sst2", "dev")]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from course_lib.lab.bench import gpu_check
-from course_lib.runtime.notebook_params import check_parameters, notebook_names
+from course_lib.notebook.params import check_parameters, notebook_names
 
 ROOT = Path(__file__).resolve().parent.parent
 

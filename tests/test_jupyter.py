@@ -1,5 +1,5 @@
-"""What a student sees in JupyterLab: the attention-lab kernel (course_lib.runtime.kernel), JupyterLab's defaults for the
-course environment, progress bars whose saved form is their last state, and figures scaled to what they show."""
+"""What a student sees in JupyterLab: the attention-lab kernel (course_lib.runtime.kernel), JupyterLab's defaults for
+the course environment, progress bars whose saved form is their last state, and figures scaled to what they show."""
 import json
 import os
 import sys
@@ -10,8 +10,8 @@ import pytest
 from nbclient import NotebookClient
 
 from course_lib.runtime import kernel
-from course_lib import plots
-from course_lib.runtime.notebook_params import NOTEBOOK_DIR, notebook_names
+from course_lib.notebook import plots
+from course_lib.notebook.params import NOTEBOOK_DIR, notebook_names
 from course_lib.runtime.openmp import SPIN_COUNT, WAIT_POLICY
 
 LAB_SCHEMAS = Path(sys.prefix) / "share" / "jupyter" / "lab" / "schemas"

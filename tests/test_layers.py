@@ -15,15 +15,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = (
     {"runtime", "runtime.errors", "runtime.repro", "runtime.openmp", "runtime.compiled", "runtime.tracking",
-     "runtime.validated", "runtime.registry"},  # the shared base: one-line errors, seeding, atomic writes, progress
-    #   bars, OpenMP's wait policy, compile and trackers (the loop's options), the config framework, the registry type
+     "runtime.validated", "runtime.registry", "runtime.run_folder"},  # the shared base: one-line errors, seeding,
+    #   atomic writes, progress bars, OpenMP's wait policy, compile and trackers (the loop's options), the config
+    #   framework, the registry type, a run folder's lock and checkpoint
     {"model"},  # plain PyTorch BERT
     {"runtime.fast"},  # CPU kernels swapped into a model
     {"tasks", "readers"},  # the task families; the files their presets read
     {"methods"},
     {"training", "runtime.export"},  # the loop and the jobs; a finished run as a Hugging Face folder (`export`)
-    {"plots", "runtime.notebook_params", "runtime.predict", "teaching"},  # what the notebooks draw and check,
-    #   a finished run's model on new rows, the assignment
+    {"notebook", "runtime.predict", "teaching"},  # a notebook's parameter check and figures, a finished run's model
+    #   on new rows, the assignment and the CS224N project
     {"lab"},  # the research machinery: not the lesson
     {"runtime.cli", "__main__", "runtime.kernel"},  # the command line, the kernel
 )
@@ -134,8 +135,8 @@ def test_a_module_outside_every_layer_is_named(tmp_path):
     copy = tmp_path / "course_lib"
     copy.mkdir()
     (copy / "__init__.py").write_text("")
-    (copy / "helpers.py").write_text("from course_lib import plots\n")
-    (copy / "plots.py").write_text("")
+    (copy / "helpers.py").write_text("from course_lib import model\n")
+    (copy / "model.py").write_text("")
     try:
         upward_imports(import_graph(copy))
     except AssertionError as err:

@@ -18,6 +18,8 @@ from course_lib.runtime import cli
 from course_lib.runtime.errors import UsageError
 from course_lib.model.heads import MultipleChoiceHead
 from course_lib.model.weights import load_pretrained, load_tokenizer
+from course_lib.readers import choice_files
+from course_lib.readers.choice_files import ChoiceQuestion
 from course_lib.tasks import multiple_choice as mc
 from course_lib.tasks.registry import get_family, get_task, run_task
 from course_lib.training.config import FinetuneConfig
@@ -63,7 +65,7 @@ SWAG_ROW = {"": "0", "video-id": "v1", "fold-ind": "5", "sent1": "Students lower
 
 
 def test_dream_questions_take_the_dialogue_as_context_and_the_answer_text_as_label(tmp_path):
-    questions = mc.read_dream(write_dream(tmp_path / "dev.json", [DIALOGUE]))
+    questions = choice_files.read_dream(write_dream(tmp_path / "dev.json", [DIALOGUE]))
     (_, bus), (_, weather) = questions
     assert (bus.id, weather.id) == ("7-42-0", "7-42-1")
     assert bus.context == "M: Shall we take the bus?\nW: No, let's walk, it is sunny."
@@ -75,7 +77,7 @@ def test_hellaswag_lines_take_ctx_endings_and_a_label_given_as_int_or_text(tmp_p
     no_ind = {k: v for k, v in ENDINGS.items() if k != "ind"} | {"label": 0}
     path = tmp_path / "hellaswag_val.jsonl"
     path.write_text(json.dumps(ENDINGS) + "\n\n" + json.dumps(no_ind) + "\n")  # a blank line is skipped
-    (_, first), (where, second) = mc.read_hellaswag(path)
+    (_, first), (where, second) = choice_files.read_hellaswag(path)
     assert (first.id, first.context, first.question, first.label) == ("24", ENDINGS["ctx"], "", 3)
     assert first.choices == tuple(ENDINGS["endings"])
     assert (second.id, second.label, where) == ("3", 0, f"{path}:3")  # no ind: the line number
@@ -83,7 +85,7 @@ def test_hellaswag_lines_take_ctx_endings_and_a_label_given_as_int_or_text(tmp_p
 
 def test_swag_rows_take_sent1_as_context_and_continue_sent2(tmp_path):
     path = write_swag(tmp_path / "val.csv", [SWAG_ROW, {**SWAG_ROW, "label": "3"}])
-    (where, first), (_, second) = mc.read_swag(path)
+    (where, first), (_, second) = choice_files.read_swag(path)
     assert (first.id, first.context, first.question, first.label, second.label) == (
         "0", "Students lower their eyes.", "The teacher", 1, 3)
     assert first.choices[1] == "hands out the exams." and where == f"{path}:2"
@@ -201,7 +203,7 @@ def tokenizer(minilm_dir):
 def test_a_long_context_is_cut_and_every_choice_kept_whole(tokenizer):
     context = " ".join(f"word{i}" for i in range(200))
     long_choice = "a much longer candidate answer that runs on for quite a few words"
-    question = mc.ChoiceQuestion("q", context, "What happens?", ("yes.", "no.", long_choice), 2)
+    question = ChoiceQuestion("q", context, "What happens?", ("yes.", "no.", long_choice), 2)
     cfg = types.SimpleNamespace(max_len=48)
     (feature,) = mc.encode([question], tokenizer, cfg, training=False)
     assert feature["label"] == 2 and feature["question"] is question
@@ -210,14 +212,14 @@ def test_a_long_context_is_cut_and_every_choice_kept_whole(tokenizer):
         assert len(ids) == len(types_) == 48  # the context filled what the choice left
         assert ids[-len(second) - 1:] == second + [tokenizer.sep_token_id]  # the choice whole, at the end
         assert types_.count(1) == len(second) + 1 and ids[0] == tokenizer.cls_token_id
-    too_long = mc.ChoiceQuestion("r", context, "", ("short.", " ".join(["very"] * 80)), 0)
+    too_long = ChoiceQuestion("r", context, "", ("short.", " ".join(["very"] * 80)), 0)
     (cut,) = mc.encode([too_long], tokenizer, cfg, training=True)  # the choice alone is over max_len: both cut
     assert [len(ids) for ids in cut["input_ids"]][1] == 48 and "question" not in cut
 
 
 def test_collate_pads_every_pair_to_the_batch_s_longest(tokenizer):
-    questions = [mc.ChoiceQuestion("a", "Short context.", "", ("one", "two", "three"), 0),
-                 mc.ChoiceQuestion("b", "A somewhat longer context than the first one.", "Why?",
+    questions = [ChoiceQuestion("a", "Short context.", "", ("one", "two", "three"), 0),
+                 ChoiceQuestion("b", "A somewhat longer context than the first one.", "Why?",
                                    ("because it rained all day long", "no", "maybe"), 2)]
     features = mc.encode(questions, tokenizer, types.SimpleNamespace(max_len=128), training=True)
     batch = mc.collate(features, tokenizer.pad_token_id)
@@ -229,9 +231,9 @@ def test_collate_pads_every_pair_to_the_batch_s_longest(tokenizer):
 
 
 def test_our_head_matches_hugging_faces_multiple_choice_model(minilm_dir, tokenizer):
-    questions = [mc.ChoiceQuestion("a", DIALOGUE[0][0] + " " + DIALOGUE[0][1], q["question"], tuple(q["choice"]),
+    questions = [ChoiceQuestion("a", DIALOGUE[0][0] + " " + DIALOGUE[0][1], q["question"], tuple(q["choice"]),
                                    q["choice"].index(q["answer"])) for q in DIALOGUE[1]]
-    questions.append(mc.ChoiceQuestion("b", ENDINGS["ctx"], "", tuple(ENDINGS["endings"][:3]), 2))
+    questions.append(ChoiceQuestion("b", ENDINGS["ctx"], "", tuple(ENDINGS["endings"][:3]), 2))
     batch = mc.collate(mc.encode(questions, tokenizer, types.SimpleNamespace(max_len=128), training=True),
                        tokenizer.pad_token_id)
     encoder, _ = load_pretrained(str(minilm_dir))
@@ -249,7 +251,7 @@ def test_our_head_matches_hugging_faces_multiple_choice_model(minilm_dir, tokeni
 
 
 def test_decode_score_and_the_predictions_file(tmp_path):
-    questions = [mc.ChoiceQuestion(str(i), "c", "", ("x", "y", "z"), i % 3) for i in range(4)]
+    questions = [ChoiceQuestion(str(i), "c", "", ("x", "y", "z"), i % 3) for i in range(4)]
     features = [{"label": q.label, "question": q} for q in questions]
     task = get_task("dream")
     predictions = mc.decode(task, [torch.tensor([0.1, 0.9, 0.0]), torch.tensor([0.0, 2.0, 1.0]),

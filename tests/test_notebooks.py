@@ -16,10 +16,10 @@ import nbformat
 import pytest
 import yaml
 
-from course_lib.runtime import notebook_params
+from course_lib.notebook import params as notebook_params
 from course_lib.lab import notebooks
 from course_lib.runtime.errors import UsageError
-from course_lib.runtime.notebook_params import Notebook, check_parameters, load_preset, notebook_names, presets_of
+from course_lib.notebook.params import Notebook, check_parameters, load_preset, notebook_names, presets_of
 from course_lib.lab.reuse import FINISHED_RUNS_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,7 +123,7 @@ def test_runner_rejects_bad_input_before_starting_a_kernel(argv, message, capsys
 TINY = "00_tiny"
 TINY_CELLS = [
     ("markdown", "# Tiny\n\nLearning goals: none. Runs in about 1 s.\n\n## Summary\n\n## Exercises"),
-    ("code", f'from course_lib.runtime.notebook_params import Notebook\nnb = Notebook("{TINY}", globals())'),
+    ("code", f'from course_lib.notebook.params import Notebook\nnb = Notebook("{TINY}", globals())'),
     ("parameters", 'preset = "smoke"  # which preset\nx = 2  # the input\nnap = 0.0  # seconds to sleep\n'
                    'output_dir = "out"  # results'),
     ("code", "import time\np = nb.parameters(globals())\ntime.sleep(p.nap)"),
@@ -257,6 +257,6 @@ def test_a_notebooks_first_cell_loads_the_lesson_only(name):
     first_cells = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(first_cells)
     loaded = first_cells.loaded_lines(notebook_params.NOTEBOOK_DIR / f"{name}.ipynb")
-    assert "course_lib.runtime.notebook_params" in loaded  # the cell ran: it makes the notebook's `Notebook`
+    assert "course_lib.notebook.params" in loaded  # the cell ran: it makes the notebook's `Notebook`
     assert not [m for m in loaded if m.startswith("course_lib.lab")]
     assert sum(loaded.values()) <= first_cells.LINE_BUDGET, sorted(loaded.items(), key=lambda kv: -kv[1])[:5]

@@ -58,8 +58,8 @@ def test_the_measurement_sees_spinning_threads_when_the_user_asks_for_them():
 def test_a_child_process_inherits_the_setting():
     """The sweep's runs and papermill's kernels are child processes of a course_lib command."""
     code = ("import course_lib, subprocess, sys\n"
-            "subprocess.run([sys.executable, '-c', 'import torch\\nfrom course_lib.runtime.openmp import idle_spin_seconds\\n"
-            "print(idle_spin_seconds())'], check=True)")
+            "subprocess.run([sys.executable, '-c', 'import torch\\n"
+            "from course_lib.runtime.openmp import idle_spin_seconds\\nprint(idle_spin_seconds())'], check=True)")
     out = subprocess.run([sys.executable, "-c", code], env=clean_env(), cwd=ROOT, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.runtime.notebook_params import load_preset
+from course_lib.notebook.params import load_preset
 from course_lib.lab.reproduce import PAPER_TASK
 from course_lib.lab.sweep import load_grid
 from course_lib.methods.asa import PAPER_TAU

@@ -10,7 +10,7 @@ from course_lib.runtime import cli
 from course_lib.training import loop as loop_module
 from course_lib.model.config import BertConfig
 from course_lib.readers import local_data
-from course_lib.tasks.squad import write_article_split
+from course_lib.readers.squad_json import write_article_split
 from course_lib.training.config import FinetuneConfig, PretrainConfig
 from course_lib.training.finetune import finetune
 from course_lib.runtime.errors import RunFailed, UsageError

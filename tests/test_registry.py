@@ -1,5 +1,5 @@
-"""The one registry type (course_lib/runtime/registry.py) on toy entries: built on first use, a name means one thing, the
-one-line error lists the valid names, loose names for task presets, and who reads an option."""
+"""The one registry type (course_lib/runtime/registry.py) on toy entries: built on first use, a name means one thing,
+the one-line error lists the valid names, loose names for task presets, and who reads an option."""
 from dataclasses import dataclass, field
 
 import pytest

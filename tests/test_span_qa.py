@@ -14,7 +14,7 @@ from course_lib.lab.bench import squad_reference
 from course_lib.methods.registry import METHODS
 from course_lib.model.heads import SpanHead
 from course_lib.model.weights import load_pretrained
-from course_lib.readers import local_data
+from course_lib.readers import local_data, squad_json
 from course_lib.tasks import squad
 from course_lib.tasks.registry import run_task
 from course_lib.training.config import FinetuneConfig
@@ -27,7 +27,7 @@ SQUAD_DIR = local_data.data_folder("SQUAD_DIR")  # $SQUAD_DIR, else the reposito
 @pytest.fixture(scope="module")
 def article_split(tmp_path_factory):
     """Train on the first 38 articles of the dev file, evaluate on the last 10: no paragraph in both."""
-    return squad.write_article_split(Path(SQUAD_DIR) / "dev-v1.1.json", 38, tmp_path_factory.mktemp("squad"))
+    return squad_json.write_article_split(Path(SQUAD_DIR) / "dev-v1.1.json", 38, tmp_path_factory.mktemp("squad"))
 
 
 def test_span_head_matches_hugging_faces_question_answering_model(minilm_dir, article_split):
@@ -35,7 +35,7 @@ def test_span_head_matches_hugging_faces_question_answering_model(minilm_dir, ar
     ours = SpanHead(ours_encoder).eval()
     theirs = transformers.BertForQuestionAnswering.from_pretrained(str(minilm_dir)).eval()
     theirs.qa_outputs.load_state_dict(ours.qa_outputs.state_dict())
-    examples = squad.read_squad(article_split[1])[:6]
+    examples = squad_json.read_squad(article_split[1])[:6]
     batch = squad.collate_squad(squad.encode_squad(examples, tokenizer, 384, 128), tokenizer.pad_token_id)
     logits, _ = ours.logits(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
     want = theirs(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
@@ -60,7 +60,7 @@ def test_a_smoke_qa_fine_tune_runs_and_writes_official_predictions(method, tiny_
     assert all(torch.isfinite(torch.tensor(entry["train_loss"])) for entry in result["history"])
     assert 0.0 <= result["dev"]["exact_match"] <= result["dev"]["f1"] <= 100.0
     answers = json.loads((tmp_path / "dev_predictions.json").read_text())
-    questions = [ex for ex in squad.read_squad(article_split[1]) if ex.id in answers]  # the run's seeded 24
+    questions = [ex for ex in squad_json.read_squad(article_split[1]) if ex.id in answers]  # the run's seeded 24
     assert len(questions) == len(answers) == 24
     scored = squad.squad_scores(answers, questions, "v1.1")
     assert scored["f1"] == pytest.approx(result["dev"]["f1"])  # the file holds what was scored
@@ -102,7 +102,7 @@ def test_squad_reference_trains_hugging_faces_model_from_our_initial_weights(tin
     same_encoder, _ = load_pretrained(cfg.model)
     torch.random.set_rng_state(state)  # our head draws its initial weights from where the reference's did
     ours = SpanHead(same_encoder).eval()
-    batch = squad.collate_squad(squad.encode_squad(squad.read_squad(Path(SQUAD_DIR) / "dev-v1.1.json")[:4],
+    batch = squad.collate_squad(squad.encode_squad(squad_json.read_squad(Path(SQUAD_DIR) / "dev-v1.1.json")[:4],
                                                    tokenizer, 64, 16, 24), tokenizer.pad_token_id)
     with torch.no_grad():
         want = ours(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
@@ -123,14 +123,14 @@ def test_the_offline_article_split_comes_from_squad_dir_or_the_shipped_file(tmp_
     for folder in (None, SQUAD_DIR):  # the repository's data/squad, then the variable
         if folder is not None:
             monkeypatch.setenv("SQUAD_DIR", str(folder))
-        train, evaluate = squad.dev_article_split(tmp_path / str(bool(folder)))
-        train_ids, eval_ids = ({q.id for q in squad.read_squad(f)} for f in (train, evaluate))
+        train, evaluate = squad_json.dev_article_split(tmp_path / str(bool(folder)))
+        train_ids, eval_ids = ({q.id for q in squad_json.read_squad(f)} for f in (train, evaluate))
         assert (len(train_ids), len(eval_ids)) == (8582, 1988) and not train_ids & eval_ids
 
 
 def test_without_the_repository_or_squad_dir_there_is_no_offline_split(tmp_path, monkeypatch, no_shipped_data):
     monkeypatch.delenv("SQUAD_DIR", raising=False)
-    assert squad.dev_article_split(tmp_path) is None
+    assert squad_json.dev_article_split(tmp_path) is None
 
 
 def test_the_squad_articles_preset_reads_the_two_sides_of_the_article_cut(article_split, tmp_path):
@@ -143,8 +143,8 @@ def test_the_squad_articles_preset_reads_the_two_sides_of_the_article_cut(articl
                 FinetuneConfig(task="squad_articles", output_dir=str(tmp_path),
                                validation_file=str(Path(SQUAD_DIR) / "dev-v1.1.json"))):
         train, dev = (get_family(task.family).read(task.bind(cfg), split, cfg) for split in ("train", "dev"))
-        assert [q.id for q in train] == [q.id for q in squad.read_squad(article_split[0])]
-        assert [q.id for q in dev] == [q.id for q in squad.read_squad(article_split[1])]
+        assert [q.id for q in train] == [q.id for q in squad_json.read_squad(article_split[0])]
+        assert [q.id for q in dev] == [q.id for q in squad_json.read_squad(article_split[1])]
         assert len(dev) == 1988 and not {q.title for q in train} & {q.title for q in dev}
 
 

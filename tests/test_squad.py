@@ -18,6 +18,7 @@ import torch
 
 from course_lib.runtime.errors import UsageError
 from course_lib.readers import local_data
+from course_lib.readers.squad_json import load_squad, read_squad, split_by_article, write_article_split
 from course_lib.tasks.squad import (
     QAExample,
     apply_null_threshold,
@@ -29,15 +30,10 @@ from course_lib.tasks.squad import (
     f1,
     first_sentence_baseline,
     get_version,
-    load_squad,
     normalize_answer,
-    read_squad,
-    split_by_article,
     squad_scores,
-    write_article_split,
     write_squad_predictions,
 )
-
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import transformers
 from course_lib.runtime import cli
 from course_lib.runtime.errors import UsageError
 from course_lib.model.heads import IGNORE_INDEX
-from course_lib.readers import local_data, sources
+from course_lib.readers import conll, local_data, sources
 from course_lib.tasks import tagging
 from course_lib.tasks.registry import get_task, run_task
 from course_lib.training.config import FinetuneConfig
@@ -49,15 +49,15 @@ def tokenizer(minilm_dir):
     (["O", "O"], ("O", "O")),
 ])
 def test_iob1_becomes_iob2(iob1, iob2):
-    assert tagging.to_iob2(iob1) == iob2
-    assert tagging.to_iob2(iob2) == iob2
+    assert conll.to_iob2(iob1) == iob2
+    assert conll.to_iob2(iob2) == iob2
 
 
 def test_blank_lines_docstart_and_tabs_separate_sentences(tmp_path):
     path = tmp_path / "mixed.conll"
     path.write_text("-DOCSTART-\tO\n\nParis\tB-location\nrocks\tO\n\t\n\n\nI   O\n   \nsaw\tO\r\nBob\tB-person\n",
                     encoding="utf-8")
-    sentences = tagging.read_conll(path)
+    sentences = conll.read_conll(path)
     assert [s.words for s in sentences] == [("Paris", "rocks"), ("I",), ("saw", "Bob")]
     assert sentences[2].tags == ("O", "B-person") and sentences[0].tag_ids == ()  # no label set: no ids
 
@@ -133,7 +133,7 @@ def test_a_bad_conll_file_is_one_line_naming_file_and_line(tmp_path, text, label
     path = tmp_path / "bad.conll"
     path.write_text(text, encoding="utf-8")
     with pytest.raises(UsageError, match=re.escape(str(path)) + message) as err:
-        tagging.read_conll(path, label_names)
+        conll.read_conll(path, label_names)
     assert "\n" not in str(err.value)
 
 
@@ -141,7 +141,7 @@ def test_bytes_that_are_not_utf8_are_named_by_line(tmp_path):
     path = tmp_path / "latin1.conll"
     path.write_bytes("Ann B-person\nZürich B-location\n".encode("latin-1"))
     with pytest.raises(UsageError, match=re.escape(f"{path}:2: not UTF-8 text")):
-        tagging.read_conll(path)
+        conll.read_conll(path)
 
 
 def test_the_command_line_exits_2_with_one_line_before_training(tmp_path, tiny_model_dir, capsys):
@@ -185,7 +185,7 @@ def one_hot_rows(features, tag_ids_per_feature, num_labels: int, width: int) -> 
 
 def test_a_word_is_labelled_on_its_first_sub_word_only(tokenizer):
     task = tagging.PRESETS[0]
-    sentence = tagging.TaggedSentence(("Pxleyes", "rocks"), ("B-corporation", "O"), (1, 0))
+    sentence = conll.TaggedSentence(("Pxleyes", "rocks"), ("B-corporation", "O"), (1, 0))
     cfg = FinetuneConfig(task="wnut17", max_len=128)
     [feature] = tagging.encode([sentence], tokenizer, cfg, training=False)
     assert tokenizer.convert_ids_to_tokens(feature["input_ids"]) == \
@@ -194,7 +194,7 @@ def test_a_word_is_labelled_on_its_first_sub_word_only(tokenizer):
     assert feature["first_subword"] == [1, 4] and tagging.length(feature) == 6
     [train_feature] = tagging.encode([sentence], tokenizer, cfg, training=True)
     assert set(train_feature) == {"input_ids", "token_type_ids", "label"}  # training keeps no words
-    batch = tagging.collate([train_feature, *tagging.encode([tagging.TaggedSentence(("Hi",), ("O",), (0,))],
+    batch = tagging.collate([train_feature, *tagging.encode([conll.TaggedSentence(("Hi",), ("O",), (0,))],
                                                             tokenizer, cfg)], tokenizer.pad_token_id)
     assert batch["labels"].tolist()[1] == [IGNORE_INDEX, 0, IGNORE_INDEX] + [IGNORE_INDEX] * 3  # padding ignored
     assert batch["attention_mask"].tolist()[1] == [1, 1, 1, 0, 0, 0]
@@ -206,8 +206,8 @@ def test_gold_logits_decode_to_f1_one_and_seqeval_agrees_with_hand_counts(tokeni
     words = ("Alice", "Smith", "visited", "New", "York", "with", "Acme")
     gold = ("B-person", "I-person", "O", "B-location", "I-location", "O", "B-corporation")
     ids = {name: i for i, name in enumerate(task.label_names)}
-    sentences = [tagging.TaggedSentence(words, gold, tuple(ids[t] for t in gold)),
-                 tagging.TaggedSentence(("Pxleyes", "rocks"), ("B-corporation", "O"), (1, 0))]
+    sentences = [conll.TaggedSentence(words, gold, tuple(ids[t] for t in gold)),
+                 conll.TaggedSentence(("Pxleyes", "rocks"), ("B-corporation", "O"), (1, 0))]
     features = tagging.encode(sentences, tokenizer, FinetuneConfig(task="wnut17"), training=False)
     exact = tagging.decode(task, one_hot_rows(features, [s.tag_ids for s in sentences], 13, 12), features)
     scores, problem = tagging.score(task, exact, features)
@@ -231,7 +231,7 @@ def test_gold_logits_decode_to_f1_one_and_seqeval_agrees_with_hand_counts(tokeni
 def test_words_cut_off_by_max_len_are_predicted_o_and_counted(tokenizer):
     task = tagging.PRESETS[0]
     words = ("Paris", *["and"] * 39)
-    sentence = tagging.TaggedSentence(words, ("B-location", *["O"] * 39), (7, *[0] * 39))
+    sentence = conll.TaggedSentence(words, ("B-location", *["O"] * 39), (7, *[0] * 39))
     [feature] = tagging.encode([sentence], tokenizer, FinetuneConfig(task="wnut17", max_len=16), training=False)
     assert len(feature["input_ids"]) == 16 and feature["truncated"] == 40 - 14
     [prediction] = tagging.decode(task, one_hot_rows([feature], [[9] * 40], 13, 16), [feature])  # all B-person

@@ -16,7 +16,7 @@ from course_lib.runtime.errors import UsageError
 from course_lib.methods.registry import get_method
 from course_lib.tasks import glue, sentence
 from course_lib.tasks.registry import (FAMILIES, TASKS, TaskFamily, every_task, family_of, get_task, register_family,
-                                      register_task, run_task)
+                                       register_task, run_task)
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
 

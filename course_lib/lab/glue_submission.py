@@ -32,7 +32,7 @@ from course_lib.runtime.repro import METRICS, WEIGHTS, atomic_write
 from course_lib.tasks import glue
 from course_lib.lab.glue_score import glue_score
 from course_lib.lab.glue_test_splits import (TEST_SPLITS, GlueTestSplit, UnlabelledRows, expected_indices,
-                                               read_test, splits_predicted_by)
+                                             read_test, splits_predicted_by)
 
 HEADER = "index\tprediction"
 MANIFEST = "manifest.json"

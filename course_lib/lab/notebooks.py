@@ -1,5 +1,5 @@
 """Running a notebook in batch with papermill, with a preset and checked overrides (the lab's side; the
-parameters check every notebook runs itself is `course_lib.runtime.notebook_params`).
+parameters check every notebook runs itself is `course_lib.notebook.params`).
 
     python -m course_lib notebooks run 03_cui2019_sparse_attention --preset cpu [--set epochs=3] [--output-dir D]
     python -m course_lib notebooks list
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import yaml
 
-from course_lib.runtime import notebook_params
+from course_lib.notebook import params as notebook_params
 from course_lib.runtime.errors import Parser, UsageError, report_errors
-from course_lib.runtime.notebook_params import PRESETS, check_parameters, load_preset, notebook_names, notebook_path, presets_of
+from course_lib.notebook.params import PRESETS, check_parameters, load_preset, notebook_names, notebook_path, presets_of
 from course_lib.runtime.repro import METRICS, progress_disabled
 from course_lib.lab.reuse import FINISHED_RUNS_ENV
 

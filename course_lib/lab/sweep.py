@@ -61,7 +61,7 @@ from course_lib.runtime.errors import PREEMPTED, UsageError, yaml_float_hint
 from course_lib.lab.slurm import ForwardedStop, task_job_id
 from course_lib.lab.notebooks import NotebookRun, every_notebook
 from course_lib.runtime.repro import (METRICS, atomic_write, check_writable_dir, lock_exclusive, progress,
-                              read_json, remove_stale_temporaries, write_json)
+                                      read_json, remove_stale_temporaries, write_json)
 from course_lib.runtime.validated import Validated
 from course_lib.model.weights import check_model
 

@@ -36,7 +36,7 @@ from course_lib.runtime.errors import UsageError, choice_error
 from course_lib.readers import sources
 from course_lib.tasks import sentence
 from course_lib.readers.sentence_files import (CLASSIFICATION_METRICS, REGRESSION_METRICS, FileSentenceTask,
-                                             _records, label_text, parse_label, scored_splits)
+                                               _records, label_text, parse_label, scored_splits)
 
 ENV = "CS224N_DATA_DIR"
 UNLABELLED_SPLIT = "test-student"  # the course's name for its test split, whose labels students never see

@@ -15,6 +15,7 @@ import torch
 from course_lib.runtime.validated import Validated, described, positive
 from course_lib.runtime.errors import UsageError
 from course_lib.model.heads import SpanHead
+from course_lib.readers import squad_json
 from course_lib.tasks import squad
 
 SPAN_QA = "span_qa"
@@ -74,9 +75,10 @@ def read(task: SquadTask, split: str, cfg) -> list[squad.QAExample]:
     machine without the train file still trains and evaluates on questions of different paragraphs."""
     if task.train_articles is None:
         files = {"train": cfg.train_file, "validation": cfg.validation_file}
-        return squad.load_squad(task.version, split, {k: v for k, v in files.items() if v} or None)
+        return squad_json.load_squad(task.version, split, {k: v for k, v in files.items() if v} or None)
     source = {"validation": cfg.validation_file} if cfg.validation_file else None
-    first, rest = squad.split_by_article(squad.load_squad(task.version, "validation", source), task.train_articles)
+    dev = squad_json.load_squad(task.version, "validation", source)
+    first, rest = squad_json.split_by_article(dev, task.train_articles)
     return first if split == "train" else rest
 
 
@@ -108,7 +110,7 @@ def decode(task: SquadTask, outputs: list[torch.Tensor], features: list[dict]) -
 
 def read_inputs(task: SquadTask, path) -> list[squad.QAExample]:
     """A prediction's input: a SQuAD JSON file, read and checked as training reads it; answers may be left out."""
-    return squad.read_squad(path, answered=False)
+    return squad_json.read_squad(path, answered=False)
 
 
 def prediction_rows(task: SquadTask, outputs: list[torch.Tensor], features: list[dict],

@@ -1,9 +1,6 @@
 """The token-tagging family: a tag per word, named entities scored by entity (WNUT-17, CoNLL-2003).
 
-Files are CoNLL: a token per line, its tag in the last column (CoNLL-2003 has part-of-speech and chunk columns in
-between), whitespace-separated, a blank line between sentences, `-DOCSTART-` lines skipped. Tags come in IOB1
-(CoNLL-2003's original files: `I-x` opens an entity unless it follows one of the same type) or IOB2 (WNUT-17, the
-hub's copies: every entity opens with `B-x`); the reader always converts to IOB2, which leaves IOB2 as it is.
+Its files are CoNLL, read by `readers/conll.py` (tags always as IOB2).
 
 BERT tags a word on its first sub-word (Devlin et al. 2019, Sec. 5.3): the other sub-words and the special tokens
 carry IGNORE_INDEX, so neither the loss nor decoding sees them. Entities are scored as seqeval scores them (exact
@@ -12,7 +9,6 @@ span and type, as the CoNLL shared tasks' conlleval does), with token accuracy b
 from __future__ import annotations
 
 import io
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -24,14 +20,11 @@ from course_lib.runtime.errors import UsageError
 from course_lib.model.heads import IGNORE_INDEX, TokenClassifier
 from course_lib.runtime.repro import atomic_write
 from course_lib.tasks.batching import pad_tokens
+from course_lib.readers.conll import DOCSTART, OUTSIDE, TaggedSentence, check_tag, read_conll, to_iob2
 from course_lib.readers.sources import Source, read_split, split_paths
 
 TAGGING = "tagging"
 CUSTOM = "custom"  # the name of a run's own files (`--task custom --task-type tagging`)
-OUTSIDE = "O"
-DOCSTART = "-DOCSTART-"  # CoNLL-2003's document boundary line: not a token
-TAG_FORM = re.compile(r"O|[BI]-\S+")  # O, or B-/I- and an entity type
-EXPECTED_LINE = "expected 'token ... tag'"
 
 
 @dataclass
@@ -41,16 +34,6 @@ class TaggingFileOptions(Validated):
     labels: str | None = described(None,
         "custom files: the label set, comma list (None: the training file's; for classification sorted, numbers as "
         "numbers; for tagging O, then B-type and I-type of every type it tags)")
-
-
-@dataclass(frozen=True)
-class TaggedSentence:
-    """One sentence: its words, their IOB2 tags, and the tags' ids in the task's label set (empty when read
-    without one, to find the label set of a file)."""
-
-    words: tuple[str, ...]
-    tags: tuple[str, ...]
-    tag_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -117,70 +100,6 @@ PRESETS = (
 # Reading
 
 
-def to_iob2(tags) -> tuple[str, ...]:
-    """IOB1 -> IOB2: an I-x that opens an entity (after O, or after a tag of another type) becomes B-x. IOB2
-    comes back unchanged."""
-    out, previous = [], OUTSIDE
-    for tag in tags:
-        if tag.startswith("I-") and previous[2:] != tag[2:]:
-            tag = "B-" + tag[2:]
-        out.append(tag)
-        previous = tag
-    return tuple(out)
-
-
-def _token_lines(path: Path):
-    """Each sentence's token lines as [(line number, token, tag)]: blank lines end a sentence, -DOCSTART- lines
-    are skipped, and every token line must have the same number of columns (two at least)."""
-    block, first = [], None
-    with open(path, "rb") as f:
-        for line_no, raw in enumerate(f, 1):
-            try:
-                fields = raw.decode("utf-8").lstrip("\ufeff").split()
-            except UnicodeDecodeError:
-                raise UsageError(f"{path}:{line_no}: not UTF-8 text") from None
-            if not fields or fields[0] == DOCSTART:
-                if block:
-                    yield block
-                block = []
-                continue
-            if len(fields) < 2:
-                raise UsageError(f"{path}:{line_no}: {fields[0]!r} has no tag ({EXPECTED_LINE})")
-            first = first or (len(fields), line_no)
-            if len(fields) != first[0]:
-                raise UsageError(f"{path}:{line_no}: {len(fields)} columns, but line {first[1]} has {first[0]} "
-                                 f"({EXPECTED_LINE}, the same columns on every line)")
-            block.append((line_no, fields[0], fields[-1]))
-    if block:
-        yield block
-
-
-def _check_tag(where: str, tag: str, label_names: tuple[str, ...] | None) -> None:
-    if not TAG_FORM.fullmatch(tag):
-        raise UsageError(f"{where}: malformed tag {tag!r} (expected O, B-type or I-type)")
-    if label_names is not None and tag not in label_names:
-        raise UsageError(f"{where}: unknown tag {tag!r} (valid: {', '.join(label_names)})")
-
-
-def read_conll(path, label_names: tuple[str, ...] | None = None) -> list[TaggedSentence]:
-    """A CoNLL file's sentences, tags converted to IOB2 and, given a label set, checked against it and turned into
-    ids. Every problem is one line naming the file and line."""
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"{path}: no such file ({EXPECTED_LINE} lines, a blank line between sentences)")
-    ids = {name: i for i, name in enumerate(label_names)} if label_names is not None else None
-    sentences = []
-    for block in _token_lines(path):
-        for line_no, _, tag in block:
-            _check_tag(f"{path}:{line_no}", tag, label_names)
-        tags = to_iob2(tag for _, _, tag in block)
-        sentences.append(TaggedSentence(tuple(word for _, word, _ in block), tags,
-                                        tuple(ids[t] for t in tags) if ids is not None else ()))
-    if not sentences:
-        raise UsageError(f"{path}: no sentences ({EXPECTED_LINE} lines, a blank line between sentences)")
-    return sentences
-
-
 def _from_hub(task: TaggingTask, rows: list[dict]) -> list[TaggedSentence]:
     """The hub's rows ({tokens, ner_tags}, tags as ids in the hub's order, which the preset's label set keeps)."""
     sentences = []
@@ -229,7 +148,7 @@ def _labels_option(text: str) -> tuple[str, ...]:
     """--labels as a label set: well-formed tags, O among them, B-x and I-x both present for each type."""
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     for name in names:
-        _check_tag("--labels", name, None)
+        check_tag("--labels", name, None)
     missing = [f"{p}-{name[2:]}" for name in names if name != OUTSIDE for p in "BI" if f"{p}-{name[2:]}" not in names]
     if OUTSIDE not in names or missing or len(set(names)) < len(names):
         why = f"{missing[0]!r} is missing" if missing else "O is missing" if OUTSIDE not in names else "a tag repeats"

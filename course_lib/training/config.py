@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from course_lib.runtime.validated import Validated, described, fraction, non_negative, optional_positive, positive, unit_interval
+from course_lib.runtime.validated import (Validated, described, fraction, non_negative, optional_positive, positive,
+                                         unit_interval)
 from course_lib.runtime.errors import UsageError, choice_error
 from course_lib.methods.registry import every_method, get_method, multitask_methods, option_owners
 from course_lib.methods.pretraining import PRETRAIN_METHODS, get_pretrain_method, pretrain_option_owners
 from course_lib.model.config import MIXED_PRECISION, BertConfig
 from course_lib.tasks.registry import (TASK_TYPES, every_family, every_task, family_of, family_option_owners,
-                                      get_family, get_task)
+                                       get_family, get_task)
 
 NONFINITE_LOSS = ("stop", "skip")  # what a NaN or infinite loss does to the run
 COMPILE = ("off", "default", "graphs")  # how the model runs: eagerly, torch.compile'd, or also as CUDA graphs
@@ -39,8 +40,8 @@ class RunConfig(Validated):
     mixed_precision: str = described("no", "accelerate's autocast; fp16 needs a CUDA GPU, bf16 also runs on CPUs")
     on_nonfinite_loss: str = described("stop", "stop: fail keeping the last good checkpoint; skip: drop that step")
     fast_kernels: bool = described(True,
-        "swap the CPU kernels in (course_lib.runtime.fast.optimize): same function, faster; dropout masks are drawn another "
-        "way, so runs with and without differ by their draws")
+        "swap the CPU kernels in (course_lib.runtime.fast.optimize): same function, faster; dropout masks are drawn "
+        "another way, so runs with and without differ by their draws")
     log_every: int = described(50,
         "read the loss and the method's statistics from the device every N steps (the bar and the loss curve show "
         "their mean; a non-finite loss is caught there); steps in between never wait for the GPU")

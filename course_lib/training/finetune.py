@@ -35,7 +35,8 @@ from course_lib.training.run import Run, resolve
 from course_lib.training.task_model import build_classifier, load_encoder
 from course_lib.model.heads import SequenceClassifier
 from course_lib.runtime.compiled import step_collate
-from course_lib.training.loop import Job, TrainingLoop, add_stats, finished_run, open_run, present_stats
+from course_lib.runtime.run_folder import finished_run
+from course_lib.training.loop import Job, TrainingLoop, add_stats, open_run, present_stats
 from course_lib.runtime.repro import WEIGHTS
 from course_lib.methods.registry import EpochContext
 from course_lib.tasks.registry import TaskFamily

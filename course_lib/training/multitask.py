@@ -39,7 +39,8 @@ from course_lib.training.config import FinetuneConfig, MultitaskConfig, Training
 from course_lib.runtime.errors import UsageError
 from course_lib.model.heads import ClassifierOutput, SequenceClassifier
 from course_lib.runtime.compiled import step_collate
-from course_lib.training.loop import Job, TrainingLoop, add_stats, finished_run, open_run, present_stats
+from course_lib.runtime.run_folder import finished_run
+from course_lib.training.loop import Job, TrainingLoop, add_stats, open_run, present_stats
 from course_lib.training.task_schedules import epoch_plan, schedule_alpha
 from course_lib.runtime.repro import METRICS, WEIGHTS, atomic_write, remove_stale_temporaries, seed_everything
 from course_lib.training.finetune import batch_loss, dev_entry, epoch_features, task_examples

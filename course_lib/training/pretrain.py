@@ -40,7 +40,8 @@ from course_lib.model.bert import BertModel
 from course_lib.model.config import BertConfig, check_mixed_precision
 from course_lib.training.config import PretrainConfig
 from course_lib.runtime.errors import UsageError
-from course_lib.training.loop import Job, TrainingLoop, finished_run, open_run
+from course_lib.runtime.run_folder import finished_run
+from course_lib.training.loop import Job, TrainingLoop, open_run
 from course_lib.runtime.tracking import scalars
 from course_lib.training.mlm_data import IGNORE, load_corpus, mask_tokens, pack_blocks, pad_blocks, step_generator
 from course_lib.runtime.repro import WEIGHTS, atomic_write, seed_everything, write_json

@@ -31,7 +31,7 @@ BENCHES = {
                     "--seq-lens": dict(type=int, nargs="+", default=None, help="the sequence length (default: 64)"),
                     "--repeats": dict(type=int, default=10, help="timed repeats"),
                     "--fast-kernels": dict(action=argparse.BooleanOptionalAction, default=True,
-                                           help="swap the CPU kernels in (course_lib.runtime.fast.optimize) as training does"),
+                                           help="swap the CPU kernels in (runtime.fast.optimize) as training does"),
                     "--epoch-examples": dict(type=int, default=512, help="sentences in the SSA epoch"),
                     "--glue-dir": dict(default=None, help="SST-2 sentences from here (default: $GLUE_DIR, else "
                                                           "data/glue)")}),

@@ -367,7 +367,7 @@ def shrink_paper_preset(name: str, model_dir: Path, work: Path, shape: str, comp
     """The notebook's `paper` parameters with the data, steps and seeds cut down; model, methods and recipe kept.
     compile: "preset" keeps the preset's setting (graphs) on a CUDA machine; "off" runs eagerly, a few steps
     being cheaper than compiling each run (the `loop` section measures the compiled step)."""
-    from course_lib.runtime.notebook_params import load_preset
+    from course_lib.notebook.params import load_preset
 
     params = load_preset(name, "paper")
     small = {"max_train_samples": 64, "max_eval_samples": 32, "max_steps": 4, "eval_every": 2,
@@ -402,7 +402,7 @@ def execute_in_process(name: str, params: dict) -> float:
     """
     import matplotlib
 
-    from course_lib.runtime.notebook_params import NOTEBOOK_DIR, notebook_path
+    from course_lib.notebook.params import NOTEBOOK_DIR, notebook_path
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -427,7 +427,7 @@ def execute_in_process(name: str, params: dict) -> float:
 
 def notebooks(model_dir: Path, work: Path, shape: str, compile: str = "off") -> dict:
     """Each notebook's paper preset, shrunk; a notebook that raises is recorded with its error and the rest go on."""
-    from course_lib.runtime.notebook_params import notebook_names
+    from course_lib.notebook.params import notebook_names
 
     rows = {}
     for name in notebook_names():

@@ -52,6 +52,7 @@ def _features(case: str, tokenizer, max_len: int) -> tuple[list[dict], object]:
     """The shipped data as finetune encodes it, and the collate function for its batches."""
     from course_lib.runtime.errors import UsageError
     from course_lib.readers import local_data
+    from course_lib.readers import squad_json
     from course_lib.tasks import glue, sentence, squad
 
     env = "GLUE_DIR" if case == "sst2" else "SQUAD_DIR"
@@ -61,7 +62,7 @@ def _features(case: str, tokenizer, max_len: int) -> tuple[list[dict], object]:
     if case == "sst2":
         examples = glue.load_split("sst2", "train", folder)[:8000]
         return sentence.encode_examples(examples, tokenizer, max_len), sentence.collate
-    examples = squad.read_squad(folder / "dev-v1.1.json")[:600]
+    examples = squad_json.read_squad(folder / "dev-v1.1.json")[:600]
     return squad.encode_squad(examples, tokenizer, max_len, 128), squad.collate_squad
 
 

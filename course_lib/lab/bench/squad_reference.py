@@ -23,6 +23,7 @@ from course_lib.methods.registry import METHODS, Method, register
 from course_lib.model.heads import ClassifierOutput, SpanHead
 from course_lib.model.weights import resolve_model_dir
 from course_lib.readers import local_data
+from course_lib.readers import squad_json
 from course_lib.tasks import squad
 from course_lib.tasks.batching import subsample
 from course_lib.tasks.span_qa import SPAN_QA, SpanQAOptions
@@ -88,17 +89,17 @@ def squad_reference(squad_file: str | os.PathLike, output_dir: str | os.PathLike
                     budget: SquadBudget = SquadBudget()) -> dict:
     """Both runs (resumable: a finished one is read back) and the baseline; EM/F1 on the 0-100 scale."""
     out = Path(output_dir)
-    files = squad.write_article_split(squad_file, budget.train_articles, out / "data")
+    files = squad_json.write_article_split(squad_file, budget.train_articles, out / "data")
     reference = register(Method(REFERENCE, "transformers' BertForQuestionAnswering (a reference)",
                                 build_model=build_reference, families=(SPAN_QA,)))
     try:
         runs = {name: finetune(_config(budget, files, model, name, out)) for name in ("vanilla", REFERENCE)}
     finally:
         METHODS.pop(reference.name)
-    questions = subsample(squad.read_squad(files[1]), budget.eval_questions, budget.seed)  # the runs' own
+    questions = subsample(squad_json.read_squad(files[1]), budget.eval_questions, budget.seed)  # the runs' own
     baseline = squad.squad_scores(squad.first_sentence_baseline(questions), questions, "v1.1")
     ours, hf = runs["vanilla"]["dev"], runs[REFERENCE]["dev"]
-    trained = len(subsample(squad.read_squad(files[0]), budget.train_questions, budget.seed))
+    trained = len(subsample(squad_json.read_squad(files[0]), budget.train_questions, budget.seed))
     return {"protocol": f"train: {trained} questions of the first {budget.train_articles} articles of "
                         f"{Path(squad_file).name} ({runs['vanilla']['train_examples']} windows), evaluate: "
                         f"the other articles ({len(questions)} questions)",
