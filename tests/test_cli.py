@@ -21,7 +21,8 @@ from course_lib.training.config import FinetuneConfig, MultitaskConfig, Pretrain
 from course_lib.runtime.errors import UsageError, yaml_float_hint
 from course_lib.tasks.glue import GLUE_TASKS
 from course_lib.tasks.registry import every_task
-from course_lib.model.weights import check_fits_model, default_model_dir
+from course_lib.model.weights import check_fits_model
+from course_lib.readers.model_folder import default_model_dir
 
 CONFIGS = {"finetune": FinetuneConfig, "pretrain": PretrainConfig, "multitask": MultitaskConfig}
 

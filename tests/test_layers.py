@@ -18,7 +18,7 @@ LAYERS = (
      "runtime.validated", "runtime.registry", "runtime.run_folder"},  # the shared base: one-line errors, seeding,
     #   atomic writes, progress bars, OpenMP's wait policy, compile and trackers (the loop's options), the config
     #   framework, the registry type, a run folder's lock and checkpoint
-    {"model"},  # plain PyTorch BERT
+    {"model", "readers.model_folder"},  # plain PyTorch BERT; the files of the model folder it loads
     {"runtime.fast"},  # CPU kernels swapped into a model
     {"tasks", "readers"},  # the task families; the files their presets read
     {"methods"},

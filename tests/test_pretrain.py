@@ -219,13 +219,13 @@ def test_the_vocabulary_comes_from_any_bert_folder_without_the_default_model_pac
     """A GPU image without the MiniLM package (or a user with another vocabulary) pre-trains with --tokenizer: a
     folder holding only a tokenizer's files; the exported model carries that vocabulary. Without it, the missing
     package is one line naming the option, before any file is written."""
-    from course_lib.model import weights
+    from course_lib.readers import model_folder
 
     vocab = tmp_path / "vocab_only"
     vocab.mkdir()
     words = (minilm_dir / "vocab.txt").read_text().splitlines()
     (vocab / "vocab.txt").write_text("\n".join(words[:3000]) + "\n")  # a smaller vocabulary
-    monkeypatch.setattr(weights, "DEFAULT_MODEL_PACKAGE", "no_such_model_package")
+    monkeypatch.setattr(model_folder, "DEFAULT_MODEL_PACKAGE", "no_such_model_package")
     with pytest.raises(UsageError, match="pass a BERT folder or hub id"):
         pretrain(tiny(corpus_file, tmp_path / "default", "mlm", max_steps=2, eval_every=2))
     assert not (tmp_path / "default").exists()

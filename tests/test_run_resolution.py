@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from collections import Counter
 
-from course_lib.model import weights
+from course_lib.readers import model_folder
 from course_lib.runtime.registry import Registry
 from course_lib.training.config import FinetuneConfig, MultitaskConfig
 from course_lib.training.finetune import finetune
@@ -18,7 +18,7 @@ def _count_lookups(run) -> Counter:
     """{registry kind or "model folder": calls} while `run()` runs, counted by a profile hook on the functions'
     code, so a name bound at import (`get_task = TASKS.get`) is counted too."""
     calls: Counter = Counter()
-    lookup, folder = Registry.get.__code__, weights.resolve_model_dir.__code__
+    lookup, folder = Registry.get.__code__, model_folder.resolve_model_dir.__code__
 
     def profile(frame, event, arg):
         if event == "call" and frame.f_code is lookup:

@@ -1,3 +1,4 @@
-"""The files a task preset reads, off the reading path: where a preset's data is (a variable, the repository's `data/`,
-the hub), a run's own files, and the presets defined by their files (custom CSV/TSV/JSONL, SST-5, ANLI, ..., the
-CS224N project's). The task families in `tasks/` say what an example is and how it is scored."""
+"""The files a run reads, off the reading path: a model folder (where it is, its config, weights and tokenizer),
+where a preset's data is (a variable, the repository's `data/`, the hub), a run's own files, and each file format
+read strictly, one line naming the file and place of the first problem. The lesson says what is done with what they
+read: `model/weights.py` maps the tensors, the families in `tasks/` say what an example is and how it is scored."""

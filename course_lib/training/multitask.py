@@ -46,7 +46,8 @@ from course_lib.runtime.repro import METRICS, WEIGHTS, atomic_write, remove_stal
 from course_lib.training.finetune import batch_loss, dev_entry, epoch_features, task_examples
 from course_lib.training.run import Run, resolve, resolve_preset
 from course_lib.training.task_model import build_classifier
-from course_lib.model.weights import check_runnable, load_from_folder, load_pretrained, resolve_model_dir
+from course_lib.model.weights import check_runnable, load_from_folder, load_pretrained
+from course_lib.readers.model_folder import resolve_model_dir
 
 # ----------------------------------------------------------------------------------------------
 # The model

@@ -45,7 +45,8 @@ from course_lib.training.loop import Job, TrainingLoop, open_run
 from course_lib.runtime.tracking import scalars
 from course_lib.training.mlm_data import IGNORE, load_corpus, mask_tokens, pack_blocks, pad_blocks, step_generator
 from course_lib.runtime.repro import WEIGHTS, atomic_write, seed_everything, write_json
-from course_lib.model.weights import load_tokenizer, ours_to_hf, resolve_model_dir
+from course_lib.model.weights import ours_to_hf
+from course_lib.readers.model_folder import load_tokenizer, resolve_model_dir
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 HELD_OUT_SEED = 20200  # the held-out blocks and their masks do not depend on the run's seed

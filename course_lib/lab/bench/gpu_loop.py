@@ -69,7 +69,7 @@ def sst2_batches(glue_dir: Path, model_dir: Path, count: int, graphs: bool, seed
     to each batch's longest; under `graphs` to the next fixed length), so the step alone sees the loop's shapes."""
     import random
 
-    from course_lib.model.weights import load_tokenizer
+    from course_lib.readers.model_folder import load_tokenizer
     from course_lib.runtime.compiled import pad_batch
 
     batch, max_len = PAPER_SHAPE
@@ -188,7 +188,7 @@ def loop_section(model_dir: Path, generated_glue: Path, work: Path, device, shap
                  modes: tuple[str, ...] | None = None) -> dict:
     """Each compile setting's step alone and loop (default: all three on a GPU, `off` on a CPU); Hugging Face's
     steps; shares of the measured matmul rate. The large batch runs under the last setting."""
-    from course_lib.model.weights import read_model_config
+    from course_lib.readers.model_folder import read_model_config
 
     on_gpu = device.type == "cuda"
     modes = modes or (("off", "default", "graphs") if on_gpu else ("off",))

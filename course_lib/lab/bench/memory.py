@@ -70,7 +70,8 @@ def _models(case: str, who: str, model_name):
     """(model, loss function of a batch): ours as finetune builds it (fast kernels in), or transformers'."""
     from course_lib.runtime.fast import optimize
     from course_lib.model.heads import SequenceClassifier, SpanHead
-    from course_lib.model.weights import load_pretrained, resolve_model_dir
+    from course_lib.model.weights import load_pretrained
+    from course_lib.readers.model_folder import resolve_model_dir
 
     if who == "ours":
         encoder = optimize(load_pretrained(model_name)[0])
@@ -93,7 +94,7 @@ def run_one(case: str, who: str, steps: int, eval_batches: int, model_name=None)
     """One training run in this process: `steps` steps, then `eval_batches` without gradients; its peak."""
     from accelerate import Accelerator
 
-    from course_lib.model.weights import load_tokenizer, resolve_model_dir
+    from course_lib.readers.model_folder import load_tokenizer, resolve_model_dir
     from course_lib.runtime.repro import seed_everything
     from course_lib.tasks.batching import epoch_batches
     from course_lib.training.loop import guarded_step, param_groups
