@@ -5,8 +5,8 @@ import course_lib  # noqa: F401  first: it sets OpenMP's wait policy before torc
 import pytest
 import torch
 
-from course_lib.readers.model_folder import default_model_dir
 from course_lib.readers import local_data
+from course_lib.readers.model_folder import default_model_dir
 from sentiment_words import BAD, FILLER, GOOD
 
 @pytest.fixture(scope="session")

@@ -2,11 +2,11 @@
 option as what those runs did (`course_lib.lab.archive`)."""
 import pytest
 
-from course_lib.runtime.validated import first_difference
-from course_lib.runtime.errors import UsageError
 from course_lib.lab.archive import archived_difference, read_config
-from course_lib.training.config import FinetuneConfig, MultitaskConfig
+from course_lib.runtime.errors import UsageError
 from course_lib.runtime.run_folder import check_same_run
+from course_lib.runtime.validated import first_difference
+from course_lib.training.config import FinetuneConfig, MultitaskConfig
 
 
 def _saved_without(cfg, *names: str) -> dict:

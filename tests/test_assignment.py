@@ -15,12 +15,12 @@ import torch
 import transformers
 from transformers.models.bert.modeling_bert import eager_attention_forward
 
+from course_lib.model.bert import BertModel
+from course_lib.model.weights import ours_to_hf
+from course_lib.runtime.errors import UsageError
 from course_lib.teaching import assignment
 from course_lib.teaching import check
 from course_lib.teaching import public_checks
-from course_lib.runtime.errors import UsageError
-from course_lib.model.bert import BertModel
-from course_lib.model.weights import ours_to_hf
 from course_lib.training.optim import AdamW
 
 RESTORED = ("q1b", "q3c", "q4b")  # answers put back into one student copy (q4b: without q1 and q4a, which

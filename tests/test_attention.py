@@ -7,9 +7,9 @@ import torch
 
 from course_lib.methods.asa import ADVERSARIAL_MASK
 from course_lib.model.attention import attend, get_normalizer, softmax, sparsity
-from course_lib.model.sparsemax import sparsegen_lin
 from course_lib.model.bert import BertModel
 from course_lib.model.config import BertConfig
+from course_lib.model.sparsemax import sparsegen_lin
 from course_lib.runtime.errors import UsageError
 
 

@@ -7,10 +7,10 @@ import transformers
 
 from course_lib.model.bert import BertModel
 from course_lib.model.config import BertConfig
-from course_lib.runtime.errors import UsageError
 from course_lib.model.heads import SequenceClassifier
-from course_lib.training.loop import param_groups
 from course_lib.model.weights import hf_to_ours, load_pretrained, ours_to_hf
+from course_lib.runtime.errors import UsageError
+from course_lib.training.loop import param_groups
 
 ATOL = 1e-5
 

@@ -12,17 +12,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib.runtime import cli
 from course_lib.lab import notebooks
 from course_lib.lab.bench import command as bench_command
 from course_lib.model.config import BertConfig, check_mixed_precision
-from course_lib.runtime.validated import field_docs
-from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, RunConfig, TrainingRunConfig
-from course_lib.runtime.errors import UsageError, yaml_float_hint
-from course_lib.tasks.glue import GLUE_TASKS
-from course_lib.tasks.registry import every_task
 from course_lib.model.weights import check_fits_model
 from course_lib.readers.model_folder import default_model_dir
+from course_lib.runtime import cli
+from course_lib.runtime.errors import UsageError, yaml_float_hint
+from course_lib.runtime.validated import field_docs
+from course_lib.tasks.glue import GLUE_TASKS
+from course_lib.tasks.registry import every_task
+from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, RunConfig, TrainingRunConfig
 
 CONFIGS = {"finetune": FinetuneConfig, "pretrain": PretrainConfig, "multitask": MultitaskConfig}
 

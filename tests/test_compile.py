@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from course_lib.model.weights import load_pretrained
-from course_lib.tasks.tagging import IGNORE_INDEX
 from course_lib.runtime.compiled import next_length, pad_batch
+from course_lib.tasks.tagging import IGNORE_INDEX
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
 

@@ -11,16 +11,16 @@ import pytest
 import torch
 import yaml
 
-from course_lib.runtime import cli
-from course_lib.training import multitask
-from course_lib.training import pretrain
-from course_lib.runtime import repro
 from course_lib.lab import sweep, sweep_cli
-from course_lib.training import finetune as train
-from course_lib.training.config import FinetuneConfig
-from course_lib.runtime.errors import UsageError
 from course_lib.model.weights import check_model
 from course_lib.readers.model_folder import read_checkpoint, read_model_config
+from course_lib.runtime import cli
+from course_lib.runtime import repro
+from course_lib.runtime.errors import UsageError
+from course_lib.training import finetune as train
+from course_lib.training import multitask
+from course_lib.training import pretrain
+from course_lib.training.config import FinetuneConfig
 
 ENTRY_POINTS = ["finetune", "multitask", "pretrain", "sweep"]
 

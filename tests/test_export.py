@@ -13,10 +13,10 @@ import transformers
 
 from course_lib.runtime import cli
 from course_lib.runtime.errors import UsageError
+from course_lib.runtime.export import EXPORT_DIR, export_run
 from course_lib.runtime.repro import METRICS
 from course_lib.tasks.registry import get_family, run_task
 from course_lib.training.config import FinetuneConfig
-from course_lib.runtime.export import EXPORT_DIR, export_run
 from course_lib.training.finetune import dev_examples, finetune
 from course_lib.training.task_model import load_finetuned
 

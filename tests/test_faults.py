@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from course_lib.runtime import cli
+from course_lib.runtime import run_folder
 from course_lib.runtime.errors import RunFailed
 from course_lib.runtime.repro import atomic_write, save_torch
-from course_lib.runtime import run_folder
 from course_lib.training import loop as loop_module
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib.runtime.errors import UsageError
 from course_lib.readers import local_data
+from course_lib.runtime.errors import UsageError
 from course_lib.tasks.batching import epoch_batches, subsample
 from course_lib.tasks.glue import GLUE_TASKS, get_task, load_split
 from course_lib.tasks.sentence import Example, collate, encode_examples as encode

@@ -10,11 +10,11 @@ import statistics
 import pytest
 
 from course_lib.lab import collect
+from course_lib.lab.glue_score import (GLUE_AVERAGE, GLUE_SCORE_PARTS, glue_average, glue_score,
+                                       missing_glue_tasks)
 from course_lib.lab.reported import GLUE, REPORTED
 from course_lib.methods.registry import get_method
 from course_lib.tasks.glue import GLUE_TASKS
-from course_lib.lab.glue_score import (GLUE_AVERAGE, GLUE_SCORE_PARTS, glue_average, glue_score,
-                                       missing_glue_tasks)
 
 # A paper's GLUE row in percent, in its column order: CoLA, SST-2, MRPC F1/acc, STS-B Pearson/Spearman,
 # QQP F1/acc, MNLI matched/mismatched, QNLI, RTE, WNLI.

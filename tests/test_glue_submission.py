@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.runtime.errors import UsageError
 from course_lib.lab import glue_submission
-from course_lib.lab.glue_submission import check_zip, write_submission
 from course_lib.lab import glue_test_splits
-from course_lib.readers import glue_files
-from course_lib.tasks import glue
+from course_lib.lab.glue_submission import check_zip, write_submission
 from course_lib.lab.glue_test_splits import TEST_SPLITS, read_test
+from course_lib.readers import glue_files
+from course_lib.runtime.errors import UsageError
+from course_lib.runtime.predict import predict_file
+from course_lib.tasks import glue
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
-from course_lib.runtime.predict import predict_file
 from sentiment_words import BAD, FILLER, GOOD
 
 ELEVEN = [f"{name}.tsv" for name in ("CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI-m", "MNLI-mm", "QNLI", "RTE",

@@ -8,11 +8,11 @@ import nbformat
 import pytest
 import yaml
 
-from course_lib.runtime.errors import UsageError
 from course_lib.lab import grid, sweep
+from course_lib.lab import reuse
 from course_lib.lab.grid import RunKey, Variant, dev_rows, plan_grid, run_grid
 from course_lib.notebook.params import NOTEBOOK_DIR, load_preset
-from course_lib.lab import reuse
+from course_lib.runtime.errors import UsageError
 from course_lib.training import finetune as finetune_module
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
 

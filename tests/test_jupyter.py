@@ -9,9 +9,9 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from course_lib.runtime import kernel
 from course_lib.notebook import plots
 from course_lib.notebook.params import NOTEBOOK_DIR, notebook_names
+from course_lib.runtime import kernel
 from course_lib.runtime.openmp import SPIN_COUNT, WAIT_POLICY
 
 LAB_SCHEMAS = Path(sys.prefix) / "share" / "jupyter" / "lab" / "schemas"

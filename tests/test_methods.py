@@ -8,15 +8,15 @@ import pytest
 import torch
 
 from course_lib.methods import registry as methods
-from course_lib.tasks.registry import every_family
-from course_lib.runtime.validated import field_docs
-from course_lib.training.config import FinetuneConfig
-from course_lib.runtime.errors import UsageError
 from course_lib.methods.registry import METHODS, Method, every_method, get_method, register
+from course_lib.model.weights import load_pretrained
+from course_lib.runtime.errors import UsageError
+from course_lib.runtime.validated import field_docs
+from course_lib.tasks.registry import every_family
 from course_lib.tasks.sentence import plain_head
+from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
 from course_lib.training.task_model import load_finetuned
-from course_lib.model.weights import load_pretrained
 
 ROOT = Path(__file__).resolve().parent.parent
 

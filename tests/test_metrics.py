@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from course_lib.runtime.errors import UsageError
 from course_lib.lab.glue_score import GLUE_SCORE
+from course_lib.runtime.errors import UsageError
 from course_lib.tasks.metrics import METRICS, SCORES, compute_metrics, degenerate_predictions, paired_t_test, shown
 
 # A binary confusion matrix written out by hand: tp=3, tn=2, fp=1, fn=2.

@@ -9,13 +9,13 @@ import torch
 from sentiment_words import BAD, FILLER, GOOD
 
 from course_lib.runtime import cli
+from course_lib.runtime.errors import UsageError
 from course_lib.training import loop
 from course_lib.training import multitask
 from course_lib.training.config import MultitaskConfig
-from course_lib.runtime.errors import UsageError
+from course_lib.training.finetune import finetune
 from course_lib.training.multitask import task_config, train_multitask
 from course_lib.training.task_schedules import epoch_plan, schedule_alpha, task_schedule
-from course_lib.training.finetune import finetune
 
 SIZES = [7, 3, 5]  # batches per task
 

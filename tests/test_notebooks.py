@@ -16,11 +16,11 @@ import nbformat
 import pytest
 import yaml
 
-from course_lib.notebook import params as notebook_params
 from course_lib.lab import notebooks
-from course_lib.runtime.errors import UsageError
-from course_lib.notebook.params import Notebook, check_parameters, load_preset, notebook_names, presets_of
 from course_lib.lab.reuse import FINISHED_RUNS_ENV
+from course_lib.notebook import params as notebook_params
+from course_lib.notebook.params import Notebook, check_parameters, load_preset, notebook_names, presets_of
+from course_lib.runtime.errors import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = notebook_names()

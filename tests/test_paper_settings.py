@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.notebook.params import load_preset
 from course_lib.lab.reproduce import PAPER_TASK
 from course_lib.lab.sweep import load_grid
 from course_lib.methods.asa import PAPER_TAU
 from course_lib.methods.ssaf import PAPER_LAMBDA
+from course_lib.notebook.params import load_preset
 
 ROOT = Path(__file__).resolve().parent.parent
 PAPER_VALUE = {"ssaf": ("sparsegen_lambda", PAPER_LAMBDA), "asa": ("asa_tau", PAPER_TAU)}

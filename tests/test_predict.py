@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from course_lib.runtime import cli
-from course_lib.runtime.errors import UsageError
 from course_lib.runtime import predict as predict_module
+from course_lib.runtime.errors import UsageError
+from course_lib.runtime.predict import predict_file
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
-from course_lib.runtime.predict import predict_file
 
 ROOT = Path(__file__).resolve().parent.parent
 

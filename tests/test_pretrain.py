@@ -6,14 +6,14 @@ import time
 import pytest
 import torch
 
-from course_lib.runtime import cli
-from course_lib.training import loop as loop_module
 from course_lib.model.config import BertConfig
 from course_lib.readers import local_data
 from course_lib.readers.squad_json import write_article_split
+from course_lib.runtime import cli
+from course_lib.runtime.errors import RunFailed, UsageError
+from course_lib.training import loop as loop_module
 from course_lib.training.config import FinetuneConfig, PretrainConfig
 from course_lib.training.finetune import finetune
-from course_lib.runtime.errors import RunFailed, UsageError
 from course_lib.training.mlm_data import generated_corpus, load_corpus, mask_tokens, pack_blocks, step_generator
 from course_lib.training.pretrain import BertForMaskedLM, export_model, pretrain
 

@@ -11,10 +11,10 @@ from dataclasses import replace
 
 import pytest
 
-from course_lib.runtime import cli
-from course_lib.runtime.errors import UsageError
 from course_lib.methods.registry import get_method
 from course_lib.readers import sentence_files
+from course_lib.runtime import cli
+from course_lib.runtime.errors import UsageError
 from course_lib.tasks import batching, glue
 from course_lib.tasks.registry import get_task, run_task
 from course_lib.training.config import FinetuneConfig

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from course_lib.runtime.errors import PREEMPTED, UsageError
 from course_lib.lab import slurm, sweep_cli
 from course_lib.lab.sweep import load_grid
+from course_lib.runtime.errors import PREEMPTED, UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib.runtime.errors import UsageError
 from course_lib.readers import local_data
 from course_lib.readers.squad_json import load_squad, read_squad, split_by_article, write_article_split
+from course_lib.runtime.errors import UsageError
 from course_lib.tasks.squad import (
     QAExample,
     apply_null_threshold,

@@ -15,11 +15,11 @@ import yaml
 
 from course_lib.lab import collect
 from course_lib.lab import sweep, sweep_cli
-from course_lib.runtime.cli import build_parser
-from course_lib.methods.asa import ASAOptions
-from course_lib.training.config import FinetuneConfig
 from course_lib.lab.archive import archived_difference
 from course_lib.lab.notebooks import NotebookRun
+from course_lib.methods.asa import ASAOptions
+from course_lib.runtime.cli import build_parser
+from course_lib.training.config import FinetuneConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {"CI": "true", "HF_HUB_OFFLINE": "1"}

@@ -12,10 +12,10 @@ import pytest
 import torch
 import transformers
 
-from course_lib.runtime import cli
-from course_lib.runtime.errors import UsageError
 from course_lib.model.heads import IGNORE_INDEX
 from course_lib.readers import conll, local_data, sources
+from course_lib.runtime import cli
+from course_lib.runtime.errors import UsageError
 from course_lib.tasks import tagging
 from course_lib.tasks.registry import get_task, run_task
 from course_lib.training.config import FinetuneConfig

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from course_lib.runtime.cli import main
-from course_lib.runtime.validated import Validated, described, positive
-from course_lib.runtime.errors import UsageError
 from course_lib.methods.registry import get_method
+from course_lib.runtime.cli import main
+from course_lib.runtime.errors import UsageError
+from course_lib.runtime.validated import Validated, described, positive
 from course_lib.tasks import glue, sentence
 from course_lib.tasks.registry import (FAMILIES, TASKS, TaskFamily, every_task, family_of, get_task, register_family,
                                        register_task, run_task)

@@ -7,13 +7,13 @@ import math
 import pytest
 
 from course_lib.runtime import cli
+from course_lib.runtime import tracking
 from course_lib.runtime.errors import UsageError
 from course_lib.runtime.repro import METRICS
-from course_lib.runtime import tracking
+from course_lib.runtime.tracking import CURVES, scalars
 from course_lib.training.config import FinetuneConfig, PretrainConfig
 from course_lib.training.finetune import finetune
 from course_lib.training.pretrain import pretrain
-from course_lib.runtime.tracking import CURVES, scalars
 
 
 def _curves(folder) -> list[dict]:

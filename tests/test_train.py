@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib.training.config import FinetuneConfig
 from course_lib.runtime.errors import UsageError
+from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
 
 ROOT = Path(__file__).resolve().parents[1]

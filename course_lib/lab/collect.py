@@ -27,13 +27,13 @@ import statistics
 import sys
 from pathlib import Path
 
-from course_lib.runtime.errors import Parser, UsageError, report_errors
-from course_lib.tasks.metrics import holm_adjusted, paired_t_test
-from course_lib.lab.records import KINDS, kind_of, lower_is_better, percent_scale
 from course_lib.lab.glue_score import GLUE_SCORE, GLUE_SCORE_PARTS, glue_average, missing_glue_tasks
-from course_lib.tasks.registry import family_of
+from course_lib.lab.records import KINDS, kind_of, lower_is_better, percent_scale
 from course_lib.lab.reported import GLUE, reported
+from course_lib.runtime.errors import Parser, UsageError, report_errors
 from course_lib.runtime.repro import METRICS, atomic_write, lock_exclusive
+from course_lib.tasks.metrics import holm_adjusted, paired_t_test
+from course_lib.tasks.registry import family_of
 
 NOT_GROUPED = ("seed", "output_dir")  # runs that differ only in these are seeds of one group
 

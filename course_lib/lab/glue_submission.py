@@ -27,12 +27,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_lib.runtime.errors import Parser, UsageError, report_errors
-from course_lib.runtime.repro import METRICS, WEIGHTS, atomic_write
-from course_lib.tasks import glue
 from course_lib.lab.glue_score import glue_score
 from course_lib.lab.glue_test_splits import (TEST_SPLITS, GlueTestSplit, UnlabelledRows, expected_indices,
                                              read_test, splits_predicted_by)
+from course_lib.runtime.errors import Parser, UsageError, report_errors
+from course_lib.runtime.repro import METRICS, WEIGHTS, atomic_write
+from course_lib.tasks import glue
 
 HEADER = "index\tprediction"
 MANIFEST = "manifest.json"

@@ -22,8 +22,8 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_lib.runtime.errors import UsageError
 from course_lib.readers import local_data
+from course_lib.runtime.errors import UsageError
 from course_lib.tasks import glue
 from course_lib.tasks.sentence import Example
 

@@ -28,13 +28,13 @@ import itertools
 from pathlib import Path
 from typing import NamedTuple
 
-from course_lib.runtime.errors import UsageError
-from course_lib.runtime.validated import Validated
-from course_lib.runtime.repro import progress
 from course_lib.lab.archive import keys_of_run
 from course_lib.lab.records import percent_scale
 from course_lib.lab.reuse import reuse_finished_run
 from course_lib.lab.sweep import check_method_options, run_name
+from course_lib.runtime.errors import UsageError
+from course_lib.runtime.repro import progress
+from course_lib.runtime.validated import Validated
 from course_lib.tasks.registry import get_task
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
 from course_lib.training.finetune import finetune

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import yaml
 
-from course_lib.notebook import params as notebook_params
-from course_lib.runtime.errors import Parser, UsageError, report_errors
-from course_lib.notebook.params import PRESETS, check_parameters, load_preset, notebook_names, notebook_path, presets_of
-from course_lib.runtime.repro import METRICS, progress_disabled
 from course_lib.lab.reuse import FINISHED_RUNS_ENV
+from course_lib.notebook import params as notebook_params
+from course_lib.notebook.params import PRESETS, check_parameters, load_preset, notebook_names, notebook_path, presets_of
+from course_lib.runtime.errors import Parser, UsageError, report_errors
+from course_lib.runtime.repro import METRICS, progress_disabled
 
 KERNEL = "attention-lab"  # `make` installs it into the venv: the venv's python, then INSTALL_KERNEL
 INSTALL_KERNEL = f"-m ipykernel install --sys-prefix --name {KERNEL} --display-name {KERNEL}"

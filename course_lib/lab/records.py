@@ -14,10 +14,10 @@ import json
 import math
 from typing import Callable
 
-from course_lib.runtime.errors import UsageError
 from course_lib.lab.archive import old_defaults
-from course_lib.methods.registry import every_method
 from course_lib.lab.glue_score import GLUE_SCORE, glue_score
+from course_lib.methods.registry import every_method
+from course_lib.runtime.errors import UsageError
 from course_lib.tasks.metrics import is_score
 from course_lib.tasks.registry import find_task, get_family
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig

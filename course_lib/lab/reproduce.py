@@ -26,14 +26,14 @@ import shlex
 import statistics
 from pathlib import Path
 
-from course_lib.runtime.errors import UsageError
 from course_lib.lab import collect
-from course_lib.tasks.registry import get_task
-from course_lib.tasks.metrics import detectable_difference, holm_adjusted, seeds_to_detect
-from course_lib.lab.reported import REPORTED
 from course_lib.lab.records import percent_scale
-from course_lib.runtime.repro import atomic_write
+from course_lib.lab.reported import REPORTED
 from course_lib.lab.sweep import load_grid, sweep
+from course_lib.runtime.errors import UsageError
+from course_lib.runtime.repro import atomic_write
+from course_lib.tasks.metrics import detectable_difference, holm_adjusted, seeds_to_detect
+from course_lib.tasks.registry import get_task
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_GRID = ROOT / "ci" / "grids" / "cpu_reproduction.yaml"

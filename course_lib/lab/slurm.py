@@ -29,8 +29,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from course_lib.runtime.errors import UsageError, choice_error
 from course_lib.lab.notebooks import NotebookRun
+from course_lib.runtime.errors import UsageError, choice_error
 from course_lib.runtime.repro import atomic_write, progress, read_json, write_json
 
 SLURM_DIR = ".slurm"  # in the sweep's output folder: the batch scripts, run lists, submissions and task logs

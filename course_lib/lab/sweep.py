@@ -54,16 +54,16 @@ import yaml
 
 from course_lib.lab.archive import archived_difference
 from course_lib.lab.collect import write_results
-from course_lib.tasks.metrics import shown
-from course_lib.tasks.registry import get_family
-from course_lib.training.config import FinetuneConfig
-from course_lib.runtime.errors import PREEMPTED, UsageError, yaml_float_hint
-from course_lib.lab.slurm import ForwardedStop, task_job_id
 from course_lib.lab.notebooks import NotebookRun, every_notebook
+from course_lib.lab.slurm import ForwardedStop, task_job_id
+from course_lib.model.weights import check_model
+from course_lib.runtime.errors import PREEMPTED, UsageError, yaml_float_hint
 from course_lib.runtime.repro import (METRICS, atomic_write, check_writable_dir, lock_exclusive, progress,
                                       read_json, remove_stale_temporaries, write_json)
 from course_lib.runtime.validated import Validated
-from course_lib.model.weights import check_model
+from course_lib.tasks.metrics import shown
+from course_lib.tasks.registry import get_family
+from course_lib.training.config import FinetuneConfig
 
 COMMANDS = {"finetune": FinetuneConfig, "notebook": NotebookRun}  # what a grid can run, and its config
 RUN, LOG, LOCK = "run.json", "log.txt", ".lock"  # the sweep's files in a run folder, beside the run's METRICS

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from course_lib.runtime.errors import Parser, UsageError, report_errors
 from course_lib.lab import sweep, sweep_slurm
 from course_lib.lab.slurm import SlurmOptions
+from course_lib.runtime.errors import Parser, UsageError, report_errors
 
 SLURM_ONLY = ("partition", "time", "cpus_per_run", "mem_per_run", "array_parallelism", "sbatch_arg", "wait")
 

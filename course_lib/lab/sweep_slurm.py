@@ -11,11 +11,11 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-from course_lib.runtime.errors import PREEMPTED, UsageError
 from course_lib.lab import slurm
 from course_lib.lab.collect import write_results
 from course_lib.lab.sweep import (LOG, RUN, Run, dev_summary, check_before_running, check_same_config, claim,
                                   default_output_dir, execute, load_grid, one_line, run_status)
+from course_lib.runtime.errors import PREEMPTED, UsageError
 from course_lib.runtime.repro import read_json
 
 

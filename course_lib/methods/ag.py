@@ -28,9 +28,9 @@ from typing import ClassVar, Iterable, Sequence
 
 import torch
 
-from course_lib.runtime.validated import Validated, described, non_negative
 from course_lib.model.attention import at_least_fp32
 from course_lib.runtime.errors import UsageError, choice_error
+from course_lib.runtime.validated import Validated, described, non_negative
 
 PATTERNS = ("identity", "next", "prev", "first", "delim", "period")  # counts in this order, as the code's
 BOUNDARIES = ("uniform", "zero")

@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.runtime.validated import Validated, described, fraction, non_negative
 from course_lib.model.attention import ScoreCut, at_least_fp32
 from course_lib.model.heads import (IGNORE_INDEX, ClassifierOutput, MultipleChoiceHead, SequenceClassifier,
                                     SpanHead, TokenClassifier)
+from course_lib.runtime.validated import Validated, described, fraction, non_negative
 
 ADVERSARIAL_MASK = -1e4  # logit offset on cut units, as in the authors' code
 # Wu et al. (2023), Table 5: tau per fine-tuning task. A grid or preset that runs ASA on one of these tasks sets

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from course_lib.runtime.validated import Validated
 from course_lib.methods import ag
 from course_lib.runtime.registry import Registry
+from course_lib.runtime.validated import Validated
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from course_lib.runtime.validated import NoOptions, Validated
+from course_lib.model.heads import MeanPoolClassifier
 from course_lib.runtime.errors import UsageError
 from course_lib.runtime.registry import Registry
-from course_lib.model.heads import MeanPoolClassifier
+from course_lib.runtime.validated import NoOptions, Validated
 
 
 @dataclass(frozen=True)

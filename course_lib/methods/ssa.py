@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course_lib.model.heads import ClassifierOutput, SequenceClassifier
 from course_lib.runtime.validated import Validated, described, fraction, unit_interval
 from course_lib.tasks.batching import special_token_ids
-from course_lib.model.heads import ClassifierOutput, SequenceClassifier
 
 IGNORE = -1  # token label of [CLS], [SEP], padding and (paper mode) unmasked tokens
 RAMP_STEP, RAMP_MAX = 0.2, 0.8  # the code's aug_ratio_each and its ceiling

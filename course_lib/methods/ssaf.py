@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import torch
 
-from course_lib.runtime.validated import Validated, described
-from course_lib.runtime.errors import UsageError
 from course_lib.model.attention import sparsity
+from course_lib.runtime.errors import UsageError
+from course_lib.runtime.validated import Validated, described
 
 # Cui et al. (2019), Sec. 4: the lambda chosen per task (paper task names: SST-1 is our sst5). A grid or preset
 # that runs SSAF on one of these tasks sets this value; tests/test_paper_settings.py checks every grid file and

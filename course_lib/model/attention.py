@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.runtime.errors import choice_error
 from course_lib.model.sparsemax import at_least_fp32, sparsegen_lin
+from course_lib.runtime.errors import choice_error
 
 
 def softmax(scores: torch.Tensor) -> torch.Tensor:

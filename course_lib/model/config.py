@@ -5,8 +5,8 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from course_lib.runtime.validated import Validated, described, fraction, positive
 from course_lib.runtime.errors import UsageError
+from course_lib.runtime.validated import Validated, described, fraction, positive
 
 MIXED_PRECISION = ("no", "fp16", "bf16")  # accelerate's autocast modes; fp16 needs a CUDA GPU
 

@@ -11,8 +11,8 @@ import math
 
 import torch
 
-from course_lib.runtime.errors import UsageError
 from course_lib.model.host_reads import may_branch
+from course_lib.runtime.errors import UsageError
 
 
 def at_least_fp32(x: torch.Tensor) -> torch.Tensor:

@@ -32,11 +32,11 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from course_lib.runtime.errors import UsageError, choice_error
 from course_lib.readers import sources
-from course_lib.tasks import sentence
 from course_lib.readers.sentence_files import (CLASSIFICATION_METRICS, REGRESSION_METRICS, FileSentenceTask,
                                                _records, label_text, parse_label, scored_splits)
+from course_lib.runtime.errors import UsageError, choice_error
+from course_lib.tasks import sentence
 
 ENV = "CS224N_DATA_DIR"
 UNLABELLED_SPLIT = "test-student"  # the course's name for its test split, whose labels students never see

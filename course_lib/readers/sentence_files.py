@@ -29,8 +29,8 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from course_lib.runtime.errors import UsageError
 from course_lib.readers import sources
+from course_lib.runtime.errors import UsageError
 from course_lib.tasks import glue, sentence
 
 DELIMITERS = {".csv": ",", ".tsv": "\t", ".jsonl": None}  # suffix -> field separator (None: a JSON line)

@@ -21,8 +21,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_lib.runtime.errors import UsageError
 from course_lib.readers import local_data
+from course_lib.runtime.errors import UsageError
 
 SPLITS = ("train", "dev", "test")
 FILE_OPTIONS = {"train": "train_file", "dev": "validation_file", "test": "test_file"}  # split -> config field

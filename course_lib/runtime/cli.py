@@ -16,10 +16,10 @@ import re
 import sys
 import typing
 
-from course_lib.runtime.validated import field_docs
-from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, field_choices
 from course_lib.runtime.errors import Parser, UsageError, report_errors
 from course_lib.runtime.fast.allocator import keep_freed_memory, memory_mode
+from course_lib.runtime.validated import field_docs
+from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, field_choices
 
 COMMANDS = {  # the commands with a parser of their own: `python -m course_lib NAME ARGS` runs NAME's main(ARGS)
     "notebooks": ("course_lib.lab.notebooks",

@@ -17,8 +17,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from course_lib.runtime.errors import Parser, UsageError, report_errors
 from course_lib.model.weights import ours_to_hf
+from course_lib.runtime.errors import Parser, UsageError, report_errors
 from course_lib.tasks.registry import get_family, run_task
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.task_model import finished_config, load_finetuned

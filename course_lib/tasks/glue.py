@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_lib.runtime.errors import UsageError, choice_error, find_named
 from course_lib.readers import glue_files, local_data
+from course_lib.runtime.errors import UsageError, choice_error, find_named
 from course_lib.tasks.sentence import SENTENCE, Example
 
 

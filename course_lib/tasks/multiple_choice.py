@@ -18,11 +18,11 @@ from pathlib import Path
 
 import torch
 
-from course_lib.runtime.errors import UsageError
 from course_lib.model.heads import MultipleChoiceHead
-from course_lib.runtime.repro import atomic_write
 from course_lib.readers import choice_files, sources
 from course_lib.readers.choice_files import FORMATS, ChoiceQuestion
+from course_lib.runtime.errors import UsageError
+from course_lib.runtime.repro import atomic_write
 from course_lib.tasks.batching import pad_tokens
 from course_lib.tasks.metrics import compute_metrics
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from course_lib.runtime.validated import NoOptions, Validated
 from course_lib.runtime.errors import UsageError, choice_error
 from course_lib.runtime.registry import Registry
+from course_lib.runtime.validated import NoOptions, Validated
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import torch
 
-from course_lib.runtime.validated import Validated, described
-from course_lib.runtime.errors import UsageError
 from course_lib.model.heads import SequenceClassifier
+from course_lib.runtime.errors import UsageError
 from course_lib.runtime.repro import atomic_write
+from course_lib.runtime.validated import Validated, described
 from course_lib.tasks.batching import pad_tokens
 from course_lib.tasks.metrics import compute_metrics, degenerate_predictions
 

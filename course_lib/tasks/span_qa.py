@@ -12,10 +12,10 @@ from pathlib import Path
 
 import torch
 
-from course_lib.runtime.validated import Validated, described, positive
-from course_lib.runtime.errors import UsageError
 from course_lib.model.heads import SpanHead
 from course_lib.readers import squad_json
+from course_lib.runtime.errors import UsageError
+from course_lib.runtime.validated import Validated, described, positive
 from course_lib.tasks import squad
 
 SPAN_QA = "span_qa"

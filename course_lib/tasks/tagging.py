@@ -15,13 +15,13 @@ from pathlib import Path
 import torch
 from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
 
-from course_lib.runtime.validated import Validated, described
-from course_lib.runtime.errors import UsageError
 from course_lib.model.heads import IGNORE_INDEX, TokenClassifier
-from course_lib.runtime.repro import atomic_write
-from course_lib.tasks.batching import pad_tokens
 from course_lib.readers.conll import DOCSTART, OUTSIDE, TaggedSentence, check_tag, read_conll, to_iob2
 from course_lib.readers.sources import Source, read_split, split_paths
+from course_lib.runtime.errors import UsageError
+from course_lib.runtime.repro import atomic_write
+from course_lib.runtime.validated import Validated, described
+from course_lib.tasks.batching import pad_tokens
 
 TAGGING = "tagging"
 CUSTOM = "custom"  # the name of a run's own files (`--task custom --task-type tagging`)

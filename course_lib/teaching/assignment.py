@@ -31,8 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_lib.teaching import check
 from course_lib.runtime.errors import UsageError
+from course_lib.teaching import check
 
 ROOT = Path(__file__).resolve().parents[2]
 STAFF_ONLY = ("course_lib/teaching/assignment.py", "tests/hidden/", "tests/test_assignment.py")

@@ -31,9 +31,9 @@ from accelerate import Accelerator
 from torch import nn
 
 from course_lib.model.pair_heads import SeparatePairClassifier
+from course_lib.readers.cs224n import CourseTask
 from course_lib.readers.model_folder import resolve_model_dir
 from course_lib.runtime.repro import atomic_write
-from course_lib.readers.cs224n import CourseTask
 from course_lib.tasks.metrics import compute_metrics
 from course_lib.training.config import MultitaskConfig
 from course_lib.training.finetune import predict

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from course_lib.methods.pretraining import PRETRAIN_METHODS, get_pretrain_method, pretrain_option_owners
+from course_lib.methods.registry import every_method, get_method, multitask_methods, option_owners
+from course_lib.model.config import MIXED_PRECISION, BertConfig
+from course_lib.runtime.errors import UsageError, choice_error
 from course_lib.runtime.validated import (Validated, described, fraction, non_negative, optional_positive, positive,
                                          unit_interval)
-from course_lib.runtime.errors import UsageError, choice_error
-from course_lib.methods.registry import every_method, get_method, multitask_methods, option_owners
-from course_lib.methods.pretraining import PRETRAIN_METHODS, get_pretrain_method, pretrain_option_owners
-from course_lib.model.config import MIXED_PRECISION, BertConfig
 from course_lib.tasks.registry import (TASK_TYPES, every_family, every_task, family_of, family_option_owners,
                                        get_family, get_task)
 

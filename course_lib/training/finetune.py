@@ -26,22 +26,22 @@ import torch
 from accelerate import Accelerator
 from safetensors.torch import save as safetensors_save
 
+from course_lib.methods.registry import EpochContext
+from course_lib.model.heads import SequenceClassifier
+from course_lib.model.weights import check_runnable
 from course_lib.readers import sources
+from course_lib.runtime.compiled import step_collate
+from course_lib.runtime.export import export_if_asked
+from course_lib.runtime.repro import WEIGHTS
+from course_lib.runtime.repro import atomic_write, progress, save_torch, seed_everything
+from course_lib.runtime.run_folder import finished_run
 from course_lib.tasks import batching, sentence
 from course_lib.tasks.metrics import shown
+from course_lib.tasks.registry import TaskFamily
 from course_lib.training.config import FinetuneConfig
-from course_lib.runtime.export import export_if_asked
+from course_lib.training.loop import Job, TrainingLoop, add_stats, open_run, present_stats
 from course_lib.training.run import Run, resolve
 from course_lib.training.task_model import build_classifier, load_encoder
-from course_lib.model.heads import SequenceClassifier
-from course_lib.runtime.compiled import step_collate
-from course_lib.runtime.run_folder import finished_run
-from course_lib.training.loop import Job, TrainingLoop, add_stats, open_run, present_stats
-from course_lib.runtime.repro import WEIGHTS
-from course_lib.methods.registry import EpochContext
-from course_lib.tasks.registry import TaskFamily
-from course_lib.runtime.repro import atomic_write, progress, save_torch, seed_everything
-from course_lib.model.weights import check_runnable
 
 
 def predictions_file(split: str, family) -> str:

@@ -22,14 +22,14 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 
-from course_lib.runtime.fast import optimize
-from course_lib.runtime.errors import Preempted, RunFailed, UsageError
 from course_lib.runtime.compiled import check_compile, compile_modules
-from course_lib.runtime.tracking import log_with, scalars, tracker_config
-from course_lib.runtime.run_folder import check_same_run, lock_run_folder, read_checkpoint, unlock_run_folder
+from course_lib.runtime.errors import Preempted, RunFailed, UsageError
+from course_lib.runtime.fast import optimize
 from course_lib.runtime.repro import (CHECKPOINT, METRICS, check_writable_dir, progress,
                                       remove_stale_temporaries, restore_training_state, save_torch, training_state,
                                       write_json)
+from course_lib.runtime.run_folder import check_same_run, lock_run_folder, read_checkpoint, unlock_run_folder
+from course_lib.runtime.tracking import log_with, scalars, tracker_config
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:

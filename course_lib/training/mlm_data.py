@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from course_lib.runtime.errors import UsageError
 from course_lib.readers import local_data
+from course_lib.runtime.errors import UsageError
 from course_lib.tasks import glue
 from course_lib.training.config import PretrainConfig
 

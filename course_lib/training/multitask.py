@@ -30,24 +30,24 @@ import torch
 from safetensors.torch import save as safetensors_save
 from torch import nn
 
+from course_lib.model.heads import ClassifierOutput, SequenceClassifier
 from course_lib.model.pair_heads import SeparatePairClassifier, encode_separately
+from course_lib.model.weights import check_runnable, load_from_folder, load_pretrained
 from course_lib.readers.cs224n import CourseTask
+from course_lib.readers.model_folder import resolve_model_dir
+from course_lib.runtime.compiled import step_collate
+from course_lib.runtime.errors import UsageError
+from course_lib.runtime.repro import METRICS, WEIGHTS, atomic_write, remove_stale_temporaries, seed_everything
+from course_lib.runtime.run_folder import finished_run
 from course_lib.tasks.metrics import shown
 from course_lib.tasks.registry import get_task
 from course_lib.tasks.span_qa import SPAN_QA
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, TrainingRunConfig
-from course_lib.runtime.errors import UsageError
-from course_lib.model.heads import ClassifierOutput, SequenceClassifier
-from course_lib.runtime.compiled import step_collate
-from course_lib.runtime.run_folder import finished_run
-from course_lib.training.loop import Job, TrainingLoop, add_stats, open_run, present_stats
-from course_lib.training.task_schedules import epoch_plan, schedule_alpha
-from course_lib.runtime.repro import METRICS, WEIGHTS, atomic_write, remove_stale_temporaries, seed_everything
 from course_lib.training.finetune import batch_loss, dev_entry, epoch_features, task_examples
+from course_lib.training.loop import Job, TrainingLoop, add_stats, open_run, present_stats
 from course_lib.training.run import Run, resolve, resolve_preset
 from course_lib.training.task_model import build_classifier
-from course_lib.model.weights import check_runnable, load_from_folder, load_pretrained
-from course_lib.readers.model_folder import resolve_model_dir
+from course_lib.training.task_schedules import epoch_plan, schedule_alpha
 
 # ----------------------------------------------------------------------------------------------
 # The model

@@ -33,20 +33,20 @@ import torch.nn.functional as F
 from safetensors.torch import save as safetensors_save
 from torch import nn
 
-from course_lib.tasks import batching
 from course_lib.methods.ag import AttentionGuidance
 from course_lib.methods.pretraining import get_pretrain_method
 from course_lib.model.bert import BertModel
 from course_lib.model.config import BertConfig, check_mixed_precision
-from course_lib.training.config import PretrainConfig
-from course_lib.runtime.errors import UsageError
-from course_lib.runtime.run_folder import finished_run
-from course_lib.training.loop import Job, TrainingLoop, open_run
-from course_lib.runtime.tracking import scalars
-from course_lib.training.mlm_data import IGNORE, load_corpus, mask_tokens, pack_blocks, pad_blocks, step_generator
-from course_lib.runtime.repro import WEIGHTS, atomic_write, seed_everything, write_json
 from course_lib.model.weights import ours_to_hf
 from course_lib.readers.model_folder import load_tokenizer, resolve_model_dir
+from course_lib.runtime.errors import UsageError
+from course_lib.runtime.repro import WEIGHTS, atomic_write, seed_everything, write_json
+from course_lib.runtime.run_folder import finished_run
+from course_lib.runtime.tracking import scalars
+from course_lib.tasks import batching
+from course_lib.training.config import PretrainConfig
+from course_lib.training.loop import Job, TrainingLoop, open_run
+from course_lib.training.mlm_data import IGNORE, load_corpus, mask_tokens, pack_blocks, pad_blocks, step_generator
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 HELD_OUT_SEED = 20200  # the held-out blocks and their masks do not depend on the run's seed

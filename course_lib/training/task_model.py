@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from course_lib.runtime.errors import UsageError
 from course_lib.model.heads import SequenceClassifier
 from course_lib.model.weights import load_from_folder
+from course_lib.runtime.errors import UsageError
 from course_lib.runtime.repro import METRICS, WEIGHTS
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.run import Run, resolve

@@ -15,10 +15,10 @@ from typing import Callable
 import torch
 
 from course_lib.lab.bench.timing import interleaved, ratio_summary
-from course_lib.runtime.fast import optimize
 from course_lib.model.heads import SpanHead, TokenClassifier
 from course_lib.model.weights import load_pretrained
 from course_lib.readers.model_folder import resolve_model_dir
+from course_lib.runtime.fast import optimize
 
 
 def _span_labels(batch_size: int, seq_len: int, num_labels: int) -> torch.Tensor:

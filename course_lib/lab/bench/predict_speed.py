@@ -13,14 +13,14 @@ from pathlib import Path
 
 import torch
 
-from course_lib.runtime.errors import UsageError
 from course_lib.lab.bench.timing import interleaved, machine_load, ratio_summary
 from course_lib.readers import local_data
+from course_lib.runtime.errors import UsageError
+from course_lib.runtime.export import EXPORT_DIR, export_run
+from course_lib.runtime.predict import predict_file
 from course_lib.tasks import glue
 from course_lib.training.config import FinetuneConfig
-from course_lib.runtime.export import EXPORT_DIR, export_run
 from course_lib.training.finetune import finetune
-from course_lib.runtime.predict import predict_file
 
 
 def sst2_sentences(glue_dir: str | None, count: int) -> list[str]:

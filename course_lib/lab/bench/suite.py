@@ -23,13 +23,13 @@ from typing import Callable
 
 import torch
 
-from course_lib.runtime.fast import optimize
-from course_lib.runtime.fast.allocator import keep_freed_memory
-from course_lib.runtime.repro import progress
 from course_lib.lab.bench.head_speed import format_head_speed, span_speed, tagging_speed
 from course_lib.lab.bench.timing import interleaved, machine_load, ratio_summary, timed
 from course_lib.model.weights import load_pretrained
 from course_lib.readers.model_folder import resolve_model_dir
+from course_lib.runtime.fast import optimize
+from course_lib.runtime.fast.allocator import keep_freed_memory
+from course_lib.runtime.repro import progress
 
 
 def matmul_gflops(n: int = 3072, repeats: int = 4) -> float:
