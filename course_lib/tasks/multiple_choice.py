@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 
 from course_lib.model.heads import MultipleChoiceHead
-from course_lib.readers import choice_files, sources
-from course_lib.readers.choice_files import FORMATS, ChoiceQuestion
+from course_lib.readers import sources
+from course_lib.readers.choice_files import FORMATS, ChoiceQuestion, checked_split
 from course_lib.runtime.errors import UsageError
 from course_lib.runtime.repro import atomic_write
 from course_lib.tasks.batching import pad_tokens
@@ -92,7 +92,7 @@ def read_inputs(task: ChoiceTask, path) -> list[ChoiceQuestion]:
     """A prediction's input: a file in the run's layout (DREAM JSON, HellaSWAG JSON lines, SWAG CSV), read and
     checked as training reads it; the answers may be left out."""
     path = Path(path)
-    return choice_files.checked_split(FORMATS[task.format].read_file(path, labelled=False), str(path))
+    return checked_split(FORMATS[task.format].read_file(path, labelled=False), str(path))
 
 
 def prediction_rows(task: ChoiceTask, outputs: list[torch.Tensor], features: list[dict],
@@ -111,8 +111,8 @@ def read(task: ChoiceTask, split: str, cfg) -> list[ChoiceQuestion]:
     """The split's questions: the run's file, else the preset's folder, else its hub copy."""
     fmt = FORMATS[task.format]
     origin = f"{task.source.hub} {split}"
-    return sources.read_split(task, split, lambda path: choice_files.checked_split(fmt.read_file(path), str(path)),
-                              lambda rows: choice_files.checked_split(fmt.from_hub(rows, origin), origin))
+    return sources.read_split(task, split, lambda path: checked_split(fmt.read_file(path), str(path)),
+                              lambda rows: checked_split(fmt.from_hub(rows, origin), origin))
 
 
 # ----------------------------------------------------------------------------------------------
