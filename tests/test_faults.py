@@ -101,18 +101,20 @@ def test_a_second_process_in_a_busy_run_folder_refuses_at_start(tiny_model_dir, 
     assert done.returncode == 0, done.stderr
 
 
-def test_sigterm_saves_at_the_step_boundary_exits_75_and_the_rerun_ends_identical(tiny_model_dir, keyword_glue,
-                                                                                   tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("method", ["vanilla", "ssa-co"])
+def test_sigterm_saves_at_the_step_boundary_exits_75_and_the_rerun_ends_identical(method, tiny_model_dir,
+                                                                                   keyword_glue, tmp_path,
+                                                                                   monkeypatch, capsys):
     """A scheduler's SIGTERM in the middle of epoch 1 (step 3 of 12 per epoch): the run checkpoints at that step
     boundary and exits with 75 (requeue); the same command resumes there and ends with the metrics of a run
-    never interrupted."""
+    never interrupted. SSA-Co's resume also reads back the epoch's relabelled training set from its cache."""
     def numbers(out):
         result = json.loads((out / "metrics.json").read_text())
         result.pop("timing"), result["config"].pop("output_dir")
         return result
 
     handler = signal.getsignal(signal.SIGTERM)
-    assert cli.main(tiny_run(tiny_model_dir, keyword_glue, tmp_path / "whole")) == 0
+    assert cli.main(tiny_run(tiny_model_dir, keyword_glue, tmp_path / "whole", "--method", method)) == 0
     real_step, calls = loop_module.guarded_step, []
 
     def step_then_sigterm(*args, **kwargs):
@@ -125,10 +127,11 @@ def test_sigterm_saves_at_the_step_boundary_exits_75_and_the_rerun_ends_identica
     monkeypatch.setenv("TQDM_DISABLE", "1")  # no bar on stderr, even where an earlier test imported ipykernel
     out = tmp_path / "preempted"
     capsys.readouterr()
-    assert cli.main(tiny_run(tiny_model_dir, keyword_glue, out)) == 75
+    assert cli.main(tiny_run(tiny_model_dir, keyword_glue, out, "--method", method)) == 75
     err = capsys.readouterr().err.strip()
     assert err == f"preempted: SIGTERM at step 3: checkpoint saved in {out}; run the same command to resume", err
     assert (out / "checkpoint.pt").exists() and signal.getsignal(signal.SIGTERM) == handler  # restored
+    assert (out / "epoch1_train.pt").exists() == (method == "ssa-co")
     monkeypatch.setattr(loop_module, "guarded_step", real_step)
-    assert cli.main(tiny_run(tiny_model_dir, keyword_glue, out)) == 0
+    assert cli.main(tiny_run(tiny_model_dir, keyword_glue, out, "--method", method)) == 0
     assert numbers(out) == numbers(tmp_path / "whole")

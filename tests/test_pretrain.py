@@ -105,7 +105,7 @@ def test_same_command_twice_resumes_to_identical_numbers(runs, corpus_file, tmp_
     with pytest.raises(KeyboardInterrupt):
         pretrain(cfg)
     monkeypatch.setattr(loop_module, "save_torch", real_save)
-    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["state"]["global_step"] == 20
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["state"]["global_step"] == 20
     assert numbers(pretrain(cfg)) == numbers(runs["ag"][0])
     started = time.perf_counter()
     assert numbers(pretrain(cfg)) == numbers(runs["ag"][0])  # completed: nothing to do
@@ -122,7 +122,7 @@ def test_nonfinite_loss_stops_keeping_the_checkpoint_or_is_skipped(corpus_file, 
     blow_up = {"lr": 1e30, "max_grad_norm": 0.0, "max_steps": 6, "eval_every": 1}
     with pytest.raises(RunFailed, match="loss is (nan|inf) at step .*last good checkpoint is kept"):
         pretrain(tiny(corpus_file, tmp_path / "stop", "ag", **blow_up))
-    torch.load(tmp_path / "stop" / "checkpoint.pt", weights_only=False)  # still a readable checkpoint
+    torch.load(tmp_path / "stop" / "checkpoint.pt", weights_only=True)  # still a readable checkpoint
     skipped = pretrain(tiny(corpus_file, tmp_path / "skip", "ag", on_nonfinite_loss="skip", **blow_up))
     assert skipped["status"] == "complete" and skipped["skipped_steps"] > 0
 

@@ -54,12 +54,13 @@ def test_same_command_twice_gives_identical_metrics(tiny_model_dir, keyword_glue
     assert time.perf_counter() - started < 1.0 and again["dev"] == second["dev"]
 
 
-def test_resume_after_sigkill_matches_an_uninterrupted_run(tiny_model_dir, keyword_glue, tmp_path):
-    reference = run_cli(tiny_args(tiny_model_dir, keyword_glue, tmp_path / "ref", save_every=2))
+@pytest.mark.parametrize("method", ["vanilla", "ssa-co"])  # SSA-Co's resume reads its epoch cache back too
+def test_resume_after_sigkill_matches_an_uninterrupted_run(method, tiny_model_dir, keyword_glue, tmp_path):
+    reference = run_cli(tiny_args(tiny_model_dir, keyword_glue, tmp_path / "ref", save_every=2, method=method))
     assert reference.returncode == 0, reference.stderr
     killed_dir = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, "-m", "course_lib", "finetune",
-                             *tiny_args(tiny_model_dir, keyword_glue, killed_dir, save_every=2)],
+                             *tiny_args(tiny_model_dir, keyword_glue, killed_dir, save_every=2, method=method)],
                             cwd=ROOT, env={**os.environ, "CI": "true", "HF_HUB_OFFLINE": "1"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # Optimiser steps: 12 an epoch, 36 in all, a checkpoint every 2. Seeded (it draws 15), so a failure
@@ -71,7 +72,7 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(tiny_model_dir, keywo
         ckpt = killed_dir / "checkpoint.pt"
         if ckpt.exists():
             try:
-                if torch.load(ckpt, weights_only=False)["state"]["global_step"] >= kill_after:
+                if torch.load(ckpt, weights_only=True)["state"]["global_step"] >= kill_after:
                     break
             except Exception:
                 pass  # a rename is atomic, but the file can be replaced while we read it
@@ -79,9 +80,9 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(tiny_model_dir, keywo
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert (killed_dir / "checkpoint.pt").exists(), "no checkpoint before the deadline: the run never got going"
-    state = torch.load(killed_dir / "checkpoint.pt", weights_only=False)["state"]
+    state = torch.load(killed_dir / "checkpoint.pt", weights_only=True)["state"]
     assert kill_after <= state["global_step"] < 36, f"killed at step {state['global_step']}, not after {kill_after}"
-    resumed = run_cli(tiny_args(tiny_model_dir, keyword_glue, killed_dir, save_every=2))
+    resumed = run_cli(tiny_args(tiny_model_dir, keyword_glue, killed_dir, save_every=2, method=method))
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming" in resumed.stdout
     assert numbers(killed_dir) == numbers(tmp_path / "ref")
@@ -101,7 +102,7 @@ def test_nonfinite_loss_stops_and_keeps_the_checkpoint(tiny_model_dir, keyword_g
     assert result.returncode == 1
     assert "loss is nan" in result.stderr or "loss is inf" in result.stderr
     assert "Traceback" not in result.stderr
-    torch.load(tmp_path / "checkpoint.pt", weights_only=False)  # still a readable checkpoint
+    torch.load(tmp_path / "checkpoint.pt", weights_only=True)  # still a readable checkpoint
     skipped = run_cli(tiny_args(tiny_model_dir, keyword_glue, tmp_path / "skip", lr=1e30, max_grad_norm=0,
                                 on_nonfinite_loss="skip"))
     assert skipped.returncode == 0, skipped.stderr

@@ -5,10 +5,12 @@ import errno
 import functools
 import json
 import os
+import pickle
 import random
 import shutil
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +117,32 @@ def read_json(path: str | os.PathLike) -> dict:
 
 def save_torch(path: str | os.PathLike, obj) -> None:
     atomic_write(path, lambda f: torch.save(obj, f))
+
+
+def load_torch(path: Path, what: str, remedy: str):
+    """A file `save_torch` wrote, read back without running any of it.
+
+    Run folders are shared (a cluster's disk, a colleague's copy), and a full unpickler runs whatever a file
+    names: torch's weights-only unpickler builds tensors and plain containers only, so an object planted in the
+    file is refused before it is built (transformers' CVE-2026-1839 was a Trainer that unpickled its own RNG
+    state). A refused or damaged file is one line naming it, what is wrong and `remedy`, not torch's traceback.
+    """
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        if "Weights only load failed" not in str(err):
+            raise UsageError(f"{what} {str(path)!r} is damaged ({_first_line(err)}): {remedy}") from None
+        named = [line.strip() for line in str(err).splitlines() if "GLOBAL" in line or "Unsupported" in line]
+        raise UsageError(f"{what} {str(path)!r} holds objects this library never writes "
+                         f"({named[0] if named else 'not tensors or plain data'}), so it was not read and nothing "
+                         f"in it ran: the file was not written by this run or was changed since; {remedy}") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as err:
+        raise UsageError(f"{what} {str(path)!r} is damaged ({_first_line(err)}): {remedy}") from None
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def training_state(model, optimizer, scheduler) -> dict:

@@ -6,27 +6,20 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import socket
-import zipfile
 from pathlib import Path
 
-import torch
-
 from course_lib.runtime.errors import UsageError
-from course_lib.runtime.repro import METRICS, lock_exclusive
+from course_lib.runtime.repro import METRICS, load_torch, lock_exclusive
 from course_lib.runtime.validated import first_difference
 
 
 def read_checkpoint(path: Path) -> dict:
-    """The checkpoint to resume from; a damaged one (a copy cut short, a disk that filled mid-write outside
-    this library) is one line naming it and what to do, not torch's traceback."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=False)
-    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError) as err:
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UsageError(f"checkpoint {str(path)!r} is damaged and cannot be resumed from ({reason}): delete it "
-                         f"to start the run again from the beginning, or put back a good copy") from None
+    """The checkpoint to resume from, read without running code (`repro.load_torch`); a damaged one (a copy cut
+    short, a disk that filled mid-write outside this library) or one holding foreign objects is one line naming
+    it and what to do, not torch's traceback."""
+    return load_torch(path, "checkpoint", "delete it to start the run again from the beginning, or put back the "
+                                          "copy the run wrote")
 
 
 def check_same_run(saved: dict, cfg, path: Path) -> None:

@@ -33,7 +33,7 @@ from course_lib.readers import sources
 from course_lib.runtime.compiled import step_collate
 from course_lib.runtime.export import export_if_asked
 from course_lib.runtime.repro import WEIGHTS
-from course_lib.runtime.repro import atomic_write, progress, save_torch, seed_everything
+from course_lib.runtime.repro import atomic_write, load_torch, progress, save_torch, seed_everything
 from course_lib.runtime.run_folder import finished_run
 from course_lib.tasks import batching, sentence
 from course_lib.tasks.metrics import shown
@@ -125,7 +125,7 @@ def epoch_features(run: Run, epoch: int, train: list[dict], model, tokenizer, ac
     cfg, task, hook = run.cfg, run.task, run.method.epoch_data
     if hook is None:
         return train, {}
-    cache = out / f"epoch{epoch + 1}_train.pt"
+    cache = epoch_cache(out, epoch)
     if not cache.exists():
         started = time.perf_counter()
 
@@ -142,8 +142,25 @@ def epoch_features(run: Run, epoch: int, train: list[dict], model, tokenizer, ac
         if accelerator.is_main_process:
             save_torch(cache, {"features": features, "stats": stats})
         accelerator.wait_for_everyone()
-    saved = torch.load(cache, weights_only=False)
+    saved = read_epoch_cache(cache)
     return saved["features"], saved["stats"]
+
+
+def epoch_cache(out: Path, epoch: int) -> Path:
+    """Where `epoch_features` keeps the training set of epoch `epoch` (0-based) of a run in `out`."""
+    return out / f"epoch{epoch + 1}_train.pt"
+
+
+def read_epoch_cache(path: Path) -> dict:
+    """An epoch's cached training set ({"features", "stats"}), read without running code (`repro.load_torch`)."""
+    return load_torch(path, "epoch cache", "delete it, and the run labels that epoch's training set again")
+
+
+def check_epoch_caches(out: Path) -> None:
+    """Read every epoch cache a folder holds before any training, so a planted or damaged one stops the run at
+    its start (one line, exit 2) rather than epochs later, when that epoch begins."""
+    for path in sorted(out.glob("epoch*_train.pt")):
+        read_epoch_cache(path)
 
 
 def batch_loss(model, features: list[dict], pad_id: int, accelerator: Accelerator, collate=sentence.collate):
@@ -259,6 +276,7 @@ def finetune(cfg: FinetuneConfig) -> dict:
     run = resolve(cfg)
     check_runnable(cfg, run.model_dir)  # fp16 without a GPU, sequences longer than the model's positions
     accelerator = open_run(cfg, out)
+    check_epoch_caches(out)
     seed_everything(cfg.seed)
     train_examples, dev_examples = task_examples(run)
     if (note := sources.skipped_test_note(run.task, cfg)) is not None:

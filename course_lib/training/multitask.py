@@ -43,7 +43,7 @@ from course_lib.tasks.metrics import shown
 from course_lib.tasks.registry import get_task
 from course_lib.tasks.span_qa import SPAN_QA
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, TrainingRunConfig
-from course_lib.training.finetune import batch_loss, dev_entry, epoch_features, task_examples
+from course_lib.training.finetune import batch_loss, check_epoch_caches, dev_entry, epoch_features, task_examples
 from course_lib.training.loop import Job, TrainingLoop, add_stats, open_run, present_stats
 from course_lib.training.run import Run, resolve, resolve_preset
 from course_lib.training.task_model import build_classifier
@@ -239,6 +239,7 @@ def train_multitask(cfg: MultitaskConfig) -> dict:
         dev[name] = {s: encode_task(cfg, run, ex, tokenizer, training=False) for s, ex in dev_examples.items()}
     for folder in (out / r.task.name for r in runs if (out / r.task.name).is_dir()):  # they hold SSA's caches
         remove_stale_temporaries(folder)
+        check_epoch_caches(folder)
     job = MultitaskJob(cfg, runs, train, dev, tokenizer, out)
     total_steps = job.steps_per_epoch * cfg.epochs
     return TrainingLoop(cfg, out, accelerator, model, total_steps, round(cfg.warmup_ratio * total_steps)).run(job)
