@@ -1,7 +1,9 @@
 """Assignment mode (staff only): the student release generated from the reference code, and its autograder.
 
     python -m course_lib assignment build OUT_DIR                 the student copy, with assignment/manifest.json
+        [--gradescope FILE.zip [--hidden-visibility after_published] [--torch-index URL]]   and Gradescope's autograder
     python -m course_lib assignment grade STUDENT_DIR --report report.json [--jobs 2] [--timeout 300]
+    python -m course_lib assignment autograde ROOT                what the autograder's run_autograder runs
     python -m course_lib assignment make-references               rewrite assignment_refs/references.safetensors
     python -m course_lib assignment manifest                      print the questions, points and checks
 
@@ -11,11 +13,14 @@ id, e.g. `[q1a]`, followed by numbered hints and shapes. `build` copies the repo
 plus untracked-but-not-ignored, so runs/, .venv and caches stay out; no git history) and replaces every region
 with `raise NotImplementedError("q1a: <title>")`, keeping signature, docstring and hints. Question titles live
 in `public_checks.QUESTIONS`, points in the checks (`@check(question, points)`). Hidden checks live in
-tests/hidden/; they, this file and tests/test_assignment.py are not copied.
+tests/hidden/; they, the grading code (this file, submission.py, gradescope.py) and its tests are not copied.
 
-`grade` runs each question in its own process, with the student copy as working directory and first on
+`grade` grades a submission (a student copy, or only its files that hold questions: submission.py) put on the
+stub copy's other files, each question in its own process, with that copy as working directory and first on
 sys.path, but with the grader's own check code, reference outputs and hidden checks: a crash or an endless
-loop costs that question only, and an edited checks file in the student copy changes nothing.
+loop costs that question only, and an edited checks file in the student copy changes nothing. Inside the Gradescope
+autograder (gradescope.py), where this file runs from a built copy, the stub copy and the questions are the
+stored ones; in the reference they are built from it. `autograde` is `grade` with Gradescope's paths and format.
 """
 from __future__ import annotations
 
@@ -27,15 +32,19 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from course_lib.runtime.errors import UsageError
-from course_lib.teaching import check
+from course_lib.teaching import check, submission
 
 ROOT = Path(__file__).resolve().parents[2]
-STAFF_ONLY = ("course_lib/teaching/assignment.py", "tests/hidden/", "tests/test_assignment.py")
+GRADING_CODE = ("course_lib/teaching/assignment.py", "course_lib/teaching/gradescope.py",
+                "course_lib/teaching/submission.py")
+GRADER_FILES = (*GRADING_CODE, "tests/hidden/hidden_checks.py")  # what the autograder adds to the student copy
+STAFF_ONLY = (*GRADER_FILES, "tests/hidden/", "tests/test_assignment.py", "tests/test_gradescope.py")
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 QUESTION_ID = re.compile(r"\[(q\d+[a-z])\]")
 MANIFEST = "assignment/manifest.json"
@@ -142,17 +151,14 @@ def manifest() -> dict:
             "check_command": "python -m course_lib check QUESTION_ID (or all)", "questions": questions}
 
 
-def build(out_dir: str | os.PathLike) -> dict:
-    """Write the student copy into out_dir (new or empty); the same reference always gives the same bytes."""
-    out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"OUT_DIR {str(out)!r} exists and is not an empty folder: give a new or empty one")
+def write_copy(out: Path, prefix: str = "") -> dict:
+    """Write the student copy's files whose paths start with `prefix` into out; return the manifest."""
     info = manifest()
     titles = {q["id"]: q["title"] for q in info["questions"]}
     by_file: dict[str, list[Region]] = {}
     for r in all_regions():
         by_file.setdefault(r.path, []).append(r)
-    for path in repository_files():
+    for path in (p for p in repository_files() if p.startswith(prefix)):
         source = ROOT / path
         data = source.read_bytes()
         if path in by_file:
@@ -165,9 +171,29 @@ def build(out_dir: str | os.PathLike) -> dict:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
         target.chmod(0o755 if source.stat().st_mode & stat.S_IXUSR else 0o644)
+    return info
+
+
+def build(out_dir: str | os.PathLike) -> dict:
+    """Write the student copy into out_dir (new or empty); the same reference always gives the same bytes."""
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"OUT_DIR {str(out)!r} exists and is not an empty folder: give a new or empty one")
+    info = write_copy(out)
     (out / MANIFEST).parent.mkdir(parents=True, exist_ok=True)
     (out / MANIFEST).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return info
+
+
+def build_gradescope(out_dir: str | os.PathLike, zip_path: str | os.PathLike, hidden_visibility: str,
+                     torch_index: str | None) -> tuple[dict, list[str]]:
+    """The student copy into out_dir and, beside it, the Gradescope autograder built from it (gradescope.py)."""
+    from course_lib.teaching import gradescope
+
+    gradescope.check_options(str(zip_path), str(out_dir), hidden_visibility, torch_index)
+    scripts = gradescope.scripts(ROOT / "requirements.txt", hidden_visibility, torch_index)
+    info = build(out_dir)
+    return info, gradescope.write_zip(zip_path, Path(out_dir), ROOT, GRADER_FILES, scripts)
 
 
 def make_references(path: str | os.PathLike = check.REFERENCES) -> Path:
@@ -209,21 +235,27 @@ pathlib.Path(result).write_text(json.dumps(check.run_question(question, hidden=T
 """
 
 
-def grade_question(student: Path, question: dict, timeout: float) -> dict:
-    """One question's checks in a subprocess; a crash or timeout fails every check of this question only."""
+def run_checks(student: Path, question: str, timeout: float) -> tuple[str | None, dict]:
+    """One question's checks in a subprocess: (why it failed as a whole, or None; its checks' results by name)."""
     env = {**os.environ, "PYTHONPATH": str(student), "PYTHONDONTWRITEBYTECODE": "1"}
     env.setdefault("OMP_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "result.json"
         try:
-            proc = subprocess.run([sys.executable, "-c", BOOTSTRAP, str(ROOT), question["id"], str(result)],
+            proc = subprocess.run([sys.executable, "-c", BOOTSTRAP, str(ROOT), question, str(result)],
                                   cwd=student, env=env, capture_output=True, text=True, timeout=timeout,
                                   check=False)
-            tail = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
-            error = None if proc.returncode == 0 and result.is_file() else f"the checks crashed: {tail}"
+            tail = "".join(f": {line}" for line in proc.stderr.strip().splitlines()[-1:])
+            error = None if proc.returncode == 0 and result.is_file() else \
+                f"the checks crashed (exit code {proc.returncode}){tail}"
         except subprocess.TimeoutExpired:
             error = f"timed out after {timeout:g} s"
-        ran = {} if error else {r["name"]: r for r in json.loads(result.read_text())}
+        return error, ({} if error else {r["name"]: r for r in json.loads(result.read_text())})
+
+
+def grade_question(student: Path, question: dict, timeout: float, unread: str | None = None) -> dict:
+    """One question's points; a crash, a timeout or an unread file (`unread`: why) fails its checks only."""
+    error, ran = (unread, {}) if unread else run_checks(student, question["id"], timeout)
     checks = []
     for c in question["checks"]:  # the grader's list: a check that did not report is a failed check
         r = ran.get(c["name"], {"passed": False, "error": error or "did not run"})
@@ -233,32 +265,73 @@ def grade_question(student: Path, question: dict, timeout: float) -> dict:
             "checks": checks, "error": error}
 
 
-def grade(student_dir: str | os.PathLike, report_path: str | os.PathLike, jobs: int = 2,
+def grader_copy(out: Path) -> tuple[Path, list[dict]]:
+    """The stub copy and the questions that grading starts from: this grader's own when it is a built copy (the
+    autograder's source, with its manifest), else the reference's, written into out."""
+    if (ROOT / MANIFEST).is_file():
+        return ROOT, json.loads((ROOT / MANIFEST).read_text(encoding="utf-8"))["questions"]
+    return out, write_copy(out, prefix="course_lib/")["questions"]
+
+
+def grade(student_dir: str | os.PathLike, report_path: str | os.PathLike | None = None, jobs: int = 2,
           timeout: float = 300.0) -> dict:
-    """Grade a student copy with this reference's questions and checks; write the JSON report."""
+    """Grade a submission with this grader's questions and checks; write the JSON report when given a path."""
     from course_lib.runtime.repro import write_json
 
     student = Path(student_dir).resolve()
-    if not (student / "course_lib" / "__init__.py").is_file():
-        raise UsageError(f"STUDENT_DIR {str(student_dir)!r} has no course_lib/__init__.py: "
-                         "give the root of a student copy")
+    if not student.is_dir():
+        raise UsageError(f"STUDENT_DIR {str(student_dir)!r} is not a folder: give a student copy, or a folder "
+                         "holding its files with questions")
     if not check.HIDDEN.is_file():
         raise UsageError(f"grading needs the hidden checks {check.HIDDEN}: run it from the reference checkout")
-    questions = manifest()["questions"]
-    with ThreadPoolExecutor(max(1, jobs)) as pool:
-        results = list(pool.map(lambda q: grade_question(student, q, timeout), questions))
+    with tempfile.TemporaryDirectory() as tmp:
+        stub, questions = grader_copy(Path(tmp) / "stub")
+        graded = Path(tmp) / "graded"
+        files = submission.assemble(student, stub, graded, questions, leave_out=GRADING_CODE)
+        unread = submission.question_errors(files, questions)
+        with ThreadPoolExecutor(max(1, jobs)) as pool:
+            results = list(pool.map(lambda q: grade_question(graded, q, timeout, unread.get(q["id"])), questions))
     report = {"student_dir": str(student), "points": sum(r["points"] for r in results),
-              "max_points": sum(r["max_points"] for r in results), "questions": results}
-    write_json(report_path, report)
+              "max_points": sum(r["max_points"] for r in results), "files": files, "questions": results}
+    if report_path is not None:
+        write_json(report_path, report)
     return report
 
 
-def main(argv: list[str] | None = None) -> int:
-    from course_lib.runtime.errors import Parser, report_errors
+def autograde(root: str | os.PathLike, hidden_visibility: str = "after_published", timeout: float | None = None,
+              jobs: int | None = None) -> dict:
+    """What the autograder's run_autograder runs: `grade` on root/submission, written as Gradescope's
+    root/results/results.json."""
+    from course_lib.runtime.repro import write_json
+    from course_lib.teaching import gradescope
+
+    root = Path(root)
+    if not (root / "submission").is_dir():
+        raise UsageError(f"ROOT {str(root)!r} has no submission/ folder: give a folder laid out as Gradescope's "
+                         "/autograder (source/, submission/, results/)")
+    gradescope.check_visibility(hidden_visibility)
+    start = time.monotonic()
+    report = grade(root / "submission", None, jobs or gradescope.cpus(), timeout or gradescope.TIMEOUT)
+    results = gradescope.results(report, hidden_visibility, time.monotonic() - start)
+    write_json(root / "results" / "results.json", results)
+    for q in report["questions"]:  # the instructors' view (stdout); students see results.json
+        print(f"{q['id']}  {q['points']:>2}/{q['max_points']:<2} {q['title']}")
+    print(f"total {report['points']}/{report['max_points']}")
+    return results
+
+
+def _parser():
+    from course_lib.runtime.errors import Parser
 
     parser = Parser(prog="python -m course_lib assignment", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser, required=True)
-    commands.add_parser("build", help="write the student copy").add_argument("out_dir", metavar="OUT_DIR")
+    build_cmd = commands.add_parser("build", help="write the student copy (and Gradescope's autograder)")
+    build_cmd.add_argument("out_dir", metavar="OUT_DIR")
+    build_cmd.add_argument("--gradescope", metavar="FILE.zip", help="also write Gradescope's autograder zip here")
+    build_cmd.add_argument("--hidden-visibility", help="when students see the hidden checks on Gradescope: "
+                           "after_published (the default), after_due_date or hidden (never)")
+    build_cmd.add_argument("--torch-index", metavar="URL", help="the pip index setup.sh installs torch's CPU "
+                           "build from (PyTorch's CPU wheel index); without it, PyPI's torch")
     commands.add_parser("make-references", help="regenerate the public checks' reference outputs")
     commands.add_parser("manifest", help="print the questions, points and checks as JSON")
     grade_cmd = commands.add_parser("grade", help="grade a student copy, one process per question")
@@ -266,24 +339,54 @@ def main(argv: list[str] | None = None) -> int:
     grade_cmd.add_argument("--report", required=True, help="where to write the JSON report")
     grade_cmd.add_argument("--jobs", type=int, default=2, help="questions graded at the same time")
     grade_cmd.add_argument("--timeout", type=float, default=300.0, help="seconds per question")
+    auto_cmd = commands.add_parser("autograde", help="the autograder's run: ROOT/submission into ROOT/results")
+    auto_cmd.add_argument("root", metavar="ROOT", nargs="?", default=os.environ.get("AUTOGRADER_ROOT", "/autograder"))
+    auto_cmd.add_argument("--hidden-visibility", default="after_published", help="the hidden checks' visibility")
+    auto_cmd.add_argument("--timeout", type=float, default=None, help="seconds per question (default 120)")
+    auto_cmd.add_argument("--jobs", type=int, default=None, help="questions graded at once (default: the cores)")
+    return parser
+
+
+def _build(args) -> None:
+    if args.gradescope is None:
+        if args.torch_index is not None or args.hidden_visibility is not None:
+            raise UsageError("--hidden-visibility and --torch-index shape the autograder: give --gradescope FILE.zip")
+        info = build(args.out_dir)
+    else:
+        info, names = build_gradescope(args.out_dir, args.gradescope, args.hidden_visibility or "after_published",
+                                       args.torch_index)
+        print(f"wrote Gradescope's autograder to {args.gradescope}: {len(names)} files, "
+              f"{Path(args.gradescope).stat().st_size // 1024} KiB (docs/gradescope.md)")
+    print(f"wrote the student copy to {args.out_dir}: {len(info['questions'])} questions, "
+          f"{info['total_points']} points ({MANIFEST})")
+
+
+def _grade(args) -> None:
+    report = grade(args.student_dir, args.report, args.jobs, args.timeout)
+    for q in report["questions"]:
+        failed = [c for c in q["checks"] if not c["passed"]]
+        note = f"  first failure: {failed[0]['name']}: {failed[0]['error']}" if failed else ""
+        print(f"{q['id']}  {q['points']:>2}/{q['max_points']:<2} {q['title']}{note}")
+    print(f"total {report['points']}/{report['max_points']} (report: {args.report})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from course_lib.runtime.errors import report_errors
+
+    parser = _parser()
 
     def body() -> int:
         args = parser.parse_strict(argv)
         if args.command == "build":
-            info = build(args.out_dir)
-            print(f"wrote the student copy to {args.out_dir}: {len(info['questions'])} questions, "
-                  f"{info['total_points']} points ({MANIFEST})")
+            _build(args)
         elif args.command == "make-references":
             print(f"wrote {make_references()}")
         elif args.command == "manifest":
             print(json.dumps(manifest(), indent=2))
+        elif args.command == "grade":
+            _grade(args)
         else:
-            report = grade(args.student_dir, args.report, args.jobs, args.timeout)
-            for q in report["questions"]:
-                failed = [c for c in q["checks"] if not c["passed"]]
-                note = f"  first failure: {failed[0]['name']}: {failed[0]['error']}" if failed else ""
-                print(f"{q['id']}  {q['points']:>2}/{q['max_points']:<2} {q['title']}{note}")
-            print(f"total {report['points']}/{report['max_points']} (report: {args.report})")
+            autograde(args.root, args.hidden_visibility, args.timeout, args.jobs)
         return 0
 
     return report_errors(body, "nothing was graded or written completely")
