@@ -190,5 +190,9 @@ def test_status_of_a_local_sweep_names_each_failure_by_its_logs_last_line(tmp_pa
     lines = capsys.readouterr().out.splitlines()
     log = (tmp_path / "runs" / "lr=1e+30" / "log.txt").read_text().strip().splitlines()[-1].strip()
     assert lines[0].split()[:3] == ["done", "-", "lr=0.001"]
+    done_log = (tmp_path / "runs" / "lr=0.001" / "log.txt").read_text().splitlines()  # a file: lines, not a bar
+    assert any(line.startswith("data ready: ") for line in done_log), done_log
+    step, total = [line.split()[1] for line in done_log if line.startswith("step ")][-1].split("/")
+    assert step == total, done_log  # the last step's line
     assert lines[1].startswith("failed") and lines[1].endswith(log) and "loss is nan" in log
     assert lines[-1].endswith("2 runs: 1 done, 1 failed")

@@ -31,10 +31,13 @@ def run_cli(args, **kwargs) -> subprocess.CompletedProcess:
 
 
 def numbers(path: Path) -> dict:
-    """metrics.json without the wall-clock timing, which is the one thing allowed to differ."""
+    """metrics.json without the wall-clock timings (the run's, and SSA's labelling time per epoch), the one thing
+    allowed to differ."""
     result = json.loads((path / "metrics.json").read_text())
     result.pop("timing")
     result["config"].pop("output_dir")
+    for entry in result["history"]:
+        entry.pop("label_seconds", None)
     return result
 
 
@@ -261,3 +264,94 @@ def test_one_process_runs_bf16_then_full_precision(tiny_model_dir, keyword_glue,
     from accelerate.state import AcceleratorState
 
     assert precisions == ["bf16", "no"] and AcceleratorState().mixed_precision == "no"
+
+
+def _grad_norm(parameters) -> float:
+    """The global L2 norm of the gradients the parameters hold, as clip_grad_norm_ measures it."""
+    grads = [p.grad.detach().to(torch.float64) for p in parameters if p.grad is not None]
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item()
+
+
+@pytest.mark.parametrize("max_grad_norm", ["0.5", "5", "0"])
+def test_max_grad_norm_is_the_global_norm_of_the_gradient_adamw_steps_with(max_grad_norm, tiny_model_dir,
+                                                                            keyword_glue, tmp_path, monkeypatch):
+    """`finetune --max-grad-norm V` on the command line: every gradient the optimiser is handed has global norm
+    min(its norm after backward, V), and V = 0 leaves it as backward made it. The two steps' losses are scaled
+    by 1e-3 and 100, so one norm lies below both values and one above: a loop that clipped at 1.0 whatever the
+    config said, or not at all, fails here."""
+    from accelerate import Accelerator
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    from course_lib.runtime import cli
+    from course_lib.training import finetune as finetune_module
+
+    real_loss, real_prepare, real_backward = (finetune_module.batch_loss, Accelerator.prepare,
+                                              Accelerator.backward)
+    model, after_backward, stepped_with = [], [], []
+
+    def scaled_loss(*args, **kwargs):
+        loss, stats = real_loss(*args, **kwargs)
+        return loss * (1e-3 if len(after_backward) % 2 == 0 else 100.0), stats
+
+    def prepare(self, *objects):
+        prepared = real_prepare(self, *objects)
+        model.extend(p for p in prepared if isinstance(p, torch.nn.Module))
+        return prepared
+
+    def backward(self, loss, **kwargs):
+        real_backward(self, loss, **kwargs)
+        after_backward.append(_grad_norm(model[0].parameters()))
+
+    monkeypatch.setattr(finetune_module, "batch_loss", scaled_loss)
+    monkeypatch.setattr(Accelerator, "prepare", prepare)
+    monkeypatch.setattr(Accelerator, "backward", backward)
+    hook = register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: stepped_with.append(
+        _grad_norm(p for group in optimizer.param_groups for p in group["params"])))
+    out = tmp_path / "run"
+    try:
+        assert cli.main(["finetune", *tiny_args(tiny_model_dir, keyword_glue, out, epochs=1, max_train_samples=32,
+                                                max_eval_samples=16, max_grad_norm=max_grad_norm)]) == 0
+    finally:
+        hook.remove()
+    value = float(max_grad_norm)
+    assert json.loads((out / "metrics.json").read_text())["config"]["max_grad_norm"] == value
+    assert len(after_backward) == len(stepped_with) == 2, (after_backward, stepped_with)
+    assert after_backward[0] < 0.5 and after_backward[1] > 5, after_backward  # one below both values, one above
+    expected = [min(norm, value) if value > 0 else norm for norm in after_backward]
+    assert stepped_with == pytest.approx(expected, rel=1e-4)
+
+
+@pytest.mark.parametrize("stop_after", ["save_checkpoint", "write_metrics"])
+def test_a_run_resumed_from_an_end_of_epoch_checkpoint_lists_each_epoch_once_and_ends_as_if_never_stopped(
+        stop_after, tiny_model_dir, keyword_glue, tmp_path, monkeypatch):
+    """Without --save-every a run's only checkpoints are written at each epoch's end. The process stops right
+    after epoch 1's (before its metrics.json is written, or just after); the same command resumes at epoch 2,
+    metrics.json's history lists epochs 1, 2 and 3 once each, and every number equals an uninterrupted run's."""
+    from course_lib.training import loop as loop_module
+
+    def cfg(out: Path) -> FinetuneConfig:
+        return FinetuneConfig.from_dict({"task": "sst2", "model": str(tiny_model_dir), "glue_dir": str(keyword_glue),
+                                         "output_dir": str(out), "epochs": 3, "batch_size": 16, "max_len": 32,
+                                         "lr": 1e-3, "max_train_samples": 48, "max_eval_samples": 32})
+
+    class Stopped(Exception):
+        """The process ending at this point, as a kill would end it."""
+
+    real = getattr(loop_module.TrainingLoop, stop_after)
+
+    def then_stop(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        raise Stopped
+
+    finetune(cfg(tmp_path / "whole"))
+    monkeypatch.setattr(loop_module.TrainingLoop, stop_after, then_stop)
+    out = tmp_path / "stopped"
+    with pytest.raises(Stopped):
+        finetune(cfg(out))
+    state = torch.load(out / "checkpoint.pt", weights_only=True)["state"]
+    assert state["global_step"] == 3 and [entry["epoch"] for entry in state["history"]] == [1]  # epoch 1's end
+    assert (out / "metrics.json").exists() == (stop_after == "write_metrics")
+    monkeypatch.setattr(loop_module.TrainingLoop, stop_after, real)
+    resumed = finetune(cfg(out))
+    assert [entry["epoch"] for entry in resumed["history"]] == [1, 2, 3]
+    assert numbers(out) == numbers(tmp_path / "whole")

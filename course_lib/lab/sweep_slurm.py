@@ -9,6 +9,7 @@ queue, and submits the failed and missing ones.
 from __future__ import annotations
 
 import collections
+import os
 from pathlib import Path
 
 from course_lib.lab import slurm
@@ -98,13 +99,33 @@ def run_one(grid_file: str | Path, output_dir: str | Path | None, name: str, tim
     return {"complete": 0, "stopped": PREEMPTED}.get(record["status"], 1)
 
 
+def log_lines(run: Run, tail: int = 1 << 16) -> list[str]:
+    """The non-empty lines of the end of the run's log (a long run's log.txt is not read whole)."""
+    try:
+        with open(run.folder / LOG, "rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - tail))
+            text = log.read().decode(errors="replace")
+    except OSError:
+        return []
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
 def last_log_line(run: Run) -> str:
     """The last non-empty line of the run's log (its child's final message), else of run.json's error."""
-    try:
-        lines = [line for line in (run.folder / LOG).read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        lines = []
-    return lines[-1].strip() if lines else one_line(read_json(run.folder / RUN).get("error"))
+    lines = log_lines(run)
+    return lines[-1] if lines else one_line(read_json(run.folder / RUN).get("error"))
+
+
+def last_progress(run: Run) -> str:
+    """Where a running run stands, from its log: its last `step ...` line (the training loop writes one at least
+    every minute to a log), else its `data ready` line; '' before either."""
+    lines = [line for line in log_lines(run) if line.startswith(("step ", "data ready"))]
+    return lines[-1] if lines else ""
+
+
+def running(detail: str, run: Run) -> str:
+    """A running run's detail: where Slurm or the local sweep has it, then its last progress line."""
+    return "; ".join(part for part in (detail, last_progress(run)) if part)
 
 
 def run_state(run: Run, queue: dict[str, str]) -> tuple[str, str | None, str]:
@@ -115,11 +136,13 @@ def run_state(run: Run, queue: dict[str, str]) -> tuple[str, str | None, str]:
         return "done", job, ""
     if job in queue:
         state = queue[job]
-        return ("running" if state in ("RUNNING", "COMPLETING") else "queued"), job, state.lower()
+        if state in ("RUNNING", "COMPLETING"):
+            return "running", job, running(state.lower(), run)
+        return "queued", job, state.lower()
     if run.folder.is_dir() and record.get("status") == "running":
         with claim(run.folder) as lock:  # a local sweep's child holds the lock while it lives
             if lock is None:
-                return "running", job, f"pid {record.get('pid')} on {record.get('host')}"
+                return "running", job, running(f"pid {record.get('pid')} on {record.get('host')}", run)
     if record.get("status") == "failed":
         return "failed", job, last_log_line(run)
     if record.get("status") == "stopped":

@@ -1,4 +1,5 @@
-"""Seeding, atomic writes and progress bars: the one helper of each kind the whole library reuses."""
+"""Seeding, atomic writes, progress bars and the plain progress lines a log shows: the one helper of each kind the
+whole library reuses."""
 from __future__ import annotations
 
 import errno
@@ -10,6 +11,7 @@ import random
 import shutil
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -226,6 +228,72 @@ def _saved_bar_class(widget_bar):
                 self.handle = None
 
     return SavedBar
+
+
+PROGRESS_SECONDS_ENV = "ATTENTION_LAB_PROGRESS_SECONDS"  # the longest gap between two progress lines in a log
+
+
+def progress_seconds() -> float:
+    """The longest a log goes without a progress line ($ATTENTION_LAB_PROGRESS_SECONDS, default 60 s)."""
+    text = os.environ.get(PROGRESS_SECONDS_ENV, "60")
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise UsageError(f"${PROGRESS_SECONDS_ENV}={text!r} is not a number of seconds (valid: a number >= 0; "
+                         f"default 60)")
+    return seconds
+
+
+def in_jupyter_kernel() -> bool:
+    """Whether this process is a Jupyter kernel (a notebook shows the bar as a widget there, not a log)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
+def log_line(text: str) -> None:
+    """One line on stderr, for the run's log, unless a notebook shows this run (its cells hold no log lines)."""
+    if not in_jupyter_kernel():
+        print(text, file=sys.stderr, flush=True)
+
+
+class ProgressLines:
+    """The bar's numbers as plain lines, for a log that is not a terminal (a Slurm task's output, a sweep's
+    log.txt), where a bar redrawn in place shows nothing until it ends: a line whenever the loop reads the loss
+    (every `log_every` steps) and at least every `progress_seconds()` in between, the same way Hugging Face's
+    Trainer logs every `logging_steps`. It reads nothing from the device: the loss is the last one read.
+    """
+
+    def __init__(self, total_steps: int, start_step: int, enabled: bool):
+        self.total, self.start_step, self.enabled = total_steps, start_step, enabled
+        self.every = progress_seconds()
+        self.started = self.last = time.perf_counter()
+
+    def due(self) -> bool:
+        return self.enabled and time.perf_counter() - self.last >= self.every
+
+    def write(self, step: int, epoch: int, loss: float | None, lr: float) -> None:
+        """`step 500/12272 epoch 1 loss 0.693 lr 1.9e-05 12.3 steps/s ETA 16m` on stderr."""
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        rate = (step - self.start_step) / max(now - self.started, 1e-9)
+        eta = _duration((self.total - step) / rate) if rate > 0 else "?"
+        shown = "-" if loss is None else f"{loss:.3f}"
+        print(f"step {step}/{self.total} epoch {epoch} loss {shown} lr {lr:.1e} {rate:.3g} steps/s ETA {eta}",
+              file=sys.stderr, flush=True)
+        self.last = now
+
+
+def _duration(seconds: float) -> str:
+    """45s, 16m, 2h05m: an ETA as a person reads it."""
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m"
+    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
 
 
 def lock_exclusive(fd: int, wait: bool = True) -> bool:

@@ -39,7 +39,7 @@ from course_lib.tasks import batching, sentence
 from course_lib.tasks.metrics import shown
 from course_lib.tasks.registry import TaskFamily
 from course_lib.training.config import FinetuneConfig
-from course_lib.training.loop import Job, TrainingLoop, add_stats, open_run, present_stats
+from course_lib.training.loop import Job, TrainingLoop, add_stats, data_ready_line, open_run, present_stats
 from course_lib.training.run import Run, resolve
 from course_lib.training.task_model import build_classifier, load_encoder
 
@@ -278,15 +278,19 @@ def finetune(cfg: FinetuneConfig) -> dict:
     accelerator = open_run(cfg, out)
     check_epoch_caches(out)
     seed_everything(cfg.seed)
+    started = time.perf_counter()
     train_examples, dev_examples = task_examples(run)
+    read_seconds = time.perf_counter() - started
     if (note := sources.skipped_test_note(run.task, cfg)) is not None:
         accelerator.print(note)
     encoder, tokenizer = load_encoder(run)
     model = build_classifier(run, encoder, tokenizer)
-    encode = run.family.encode
+    encode, started = run.family.encode, time.perf_counter()
     train = encode(train_examples, tokenizer, cfg, training=True)
     dev = {s: encode(ex, tokenizer, cfg, training=False) for s, ex in dev_examples.items()}
     job = FinetuneJob(run, train, dev, tokenizer, out)
+    job.data_ready = data_ready_line(read_seconds, time.perf_counter() - started,
+                                     f"{len(train)} training and {sum(map(len, dev.values()))} dev examples")
     total_steps = job.steps_per_epoch * cfg.epochs
     result = TrainingLoop(cfg, out, accelerator, model, total_steps, round(cfg.warmup_ratio * total_steps)).run(job)
     export_if_asked(cfg, out)

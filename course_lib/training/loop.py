@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -25,9 +26,9 @@ from accelerate import Accelerator
 from course_lib.runtime.compiled import check_compile, compile_modules
 from course_lib.runtime.errors import Preempted, RunFailed, UsageError
 from course_lib.runtime.fast import optimize
-from course_lib.runtime.repro import (CHECKPOINT, METRICS, check_writable_dir, progress,
-                                      remove_stale_temporaries, restore_training_state, save_torch, training_state,
-                                      write_json)
+from course_lib.runtime.repro import (CHECKPOINT, METRICS, ProgressLines, check_writable_dir, in_jupyter_kernel,
+                                      log_line, progress, progress_seconds, remove_stale_temporaries,
+                                      restore_training_state, save_torch, training_state, write_json)
 from course_lib.runtime.run_folder import check_same_run, lock_run_folder, read_checkpoint, unlock_run_folder
 from course_lib.runtime.tracking import log_with, scalars, tracker_config
 
@@ -187,6 +188,7 @@ def open_run(cfg, out: Path, command: str | None = None) -> Accelerator:
     need a GPU), and the accelerator; `command` names a loop that runs in one process only (launched in more, it
     refuses)."""
     check_writable_dir(out)  # here, not at the first checkpoint an epoch later
+    progress_seconds()  # a bad $ATTENTION_LAB_PROGRESS_SECONDS stops here
     check_compile(cfg.compile)
     allow_new_precision(cfg.mixed_precision)
     accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision,
@@ -195,6 +197,12 @@ def open_run(cfg, out: Path, command: str | None = None) -> Accelerator:
         raise UsageError(f"{command} runs in one process; it was launched in {accelerator.num_processes} "
                          f"(run it with python -m course_lib {command})")
     return accelerator
+
+
+def data_ready_line(read_seconds: float, encode_seconds: float, what: str) -> str:
+    """The line a run's log shows once its data is read and encoded, before its first step: where the time went
+    before training (on a large task, minutes), and how much data there is."""
+    return f"data ready: read {read_seconds:.1f} s, encoded {encode_seconds:.1f} s ({what})"
 
 
 class Job:
@@ -210,6 +218,7 @@ class Job:
 
     segments: int = 1
     hint = "try a lower --lr"  # what the non-finite loss message suggests
+    data_ready: str | None = None  # the log's `data ready` line (`data_ready_line`), printed before the first step
 
     def plan(self, segment: int) -> list:
         raise NotImplementedError
@@ -284,6 +293,7 @@ class TrainingLoop:
         self.optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.999),
                                            eps=1e-8, fused=True)  # one kernel for all parameters: ~5x faster on CPU
         self.scheduler = linear_warmup_decay(self.optimizer, warmup_steps, total_steps)
+        self.total_steps, self.lines, self._last_loss = total_steps, None, None  # for the log's progress lines
         self.ckpt_path = out / CHECKPOINT
         self.extra_checkpoint = extra_checkpoint or {}  # saved beside the state (pre-training: its corpus)
         self.state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "history": [], "train_seconds": 0.0,
@@ -312,6 +322,11 @@ class TrainingLoop:
             self.clipped = job.clipped_parameters(self.base)
             self._compile(job)
             job.begin(self)
+            main = self.accelerator.is_main_process
+            if main and job.data_ready is not None:
+                log_line(job.data_ready)
+            self.lines = ProgressLines(self.total_steps, self.state["global_step"],
+                                       main and not sys.stderr.isatty() and not in_jupyter_kernel())
             if self.tracking:
                 self.accelerator.init_trackers(self.out.name, config=tracker_config(self.cfg.to_dict()))
             while self.state["epoch"] < job.segments:
@@ -406,6 +421,8 @@ class TrainingLoop:
             window_read = state["step_in_epoch"] == len(items) or state["global_step"] % cfg.log_every == 0
             if window_read:
                 self.read(bar)
+            if window_read or self.lines.due():  # a log's line: the bar's numbers, the loss last read
+                self.lines.write(state["global_step"], segment + 1, self._last_loss, self.scheduler.get_last_lr()[0])
             job.after_step(state)
             if save_every and state["global_step"] % save_every == 0 and state["step_in_epoch"] < len(items):
                 state["train_seconds"] += time.perf_counter() - started
@@ -445,6 +462,7 @@ class TrainingLoop:
             raise RunFailed(f"loss is {got['bad_value']} at {self.job.where(segment, index, item)}; {kept} "
                             f"({self.job.hint}, or --on-nonfinite-loss skip)")
         if logged.get("steps"):
+            self._last_loss = logged["loss"] / logged["steps"]
             self.track({"train/loss": logged["loss"] / logged["steps"], "train/lr": self.scheduler.get_last_lr()[0]})
         if bar is not None and logged.get("steps"):
             bar.set_postfix(**self.job.postfix(window[max(window)][2], logged["loss"] / logged["steps"]))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +45,7 @@ from course_lib.tasks.registry import get_task
 from course_lib.tasks.span_qa import SPAN_QA
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, TrainingRunConfig
 from course_lib.training.finetune import batch_loss, check_epoch_caches, dev_entry, epoch_features, task_examples
-from course_lib.training.loop import Job, TrainingLoop, add_stats, open_run, present_stats
+from course_lib.training.loop import Job, TrainingLoop, add_stats, data_ready_line, open_run, present_stats
 from course_lib.training.run import Run, resolve, resolve_preset
 from course_lib.training.task_model import build_classifier
 from course_lib.training.task_schedules import epoch_plan, schedule_alpha
@@ -232,15 +233,21 @@ def train_multitask(cfg: MultitaskConfig) -> dict:
     seed_everything(cfg.seed)
     encoder, tokenizer = load_from_folder(model_dir)
     model = build_multitask(cfg, encoder, tokenizer, runs)
-    train, dev = {}, {}
+    train, dev, seconds = {}, {}, [0.0, 0.0]  # reading, encoding
     for run in runs:
+        started = time.perf_counter()
         name, (examples, dev_examples) = run.task.name, task_examples(run)
+        seconds[0] += time.perf_counter() - started
+        started = time.perf_counter()
         train[name] = encode_task(cfg, run, examples, tokenizer, training=True)
         dev[name] = {s: encode_task(cfg, run, ex, tokenizer, training=False) for s, ex in dev_examples.items()}
+        seconds[1] += time.perf_counter() - started
     for folder in (out / r.task.name for r in runs if (out / r.task.name).is_dir()):  # they hold SSA's caches
         remove_stale_temporaries(folder)
         check_epoch_caches(folder)
     job = MultitaskJob(cfg, runs, train, dev, tokenizer, out)
+    job.data_ready = data_ready_line(*seconds, ", ".join(f"{name} {len(t)}" for name, t in train.items())
+                                     + " training examples")
     total_steps = job.steps_per_epoch * cfg.epochs
     return TrainingLoop(cfg, out, accelerator, model, total_steps, round(cfg.warmup_ratio * total_steps)).run(job)
 

@@ -45,7 +45,7 @@ from course_lib.runtime.run_folder import finished_run
 from course_lib.runtime.tracking import scalars
 from course_lib.tasks import batching
 from course_lib.training.config import PretrainConfig
-from course_lib.training.loop import Job, TrainingLoop, open_run
+from course_lib.training.loop import Job, TrainingLoop, data_ready_line, open_run
 from course_lib.training.mlm_data import IGNORE, load_corpus, mask_tokens, pack_blocks, pad_blocks, step_generator
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -297,8 +297,11 @@ def pretrain(cfg: PretrainConfig) -> dict:
     check_mixed_precision(cfg.mixed_precision)  # fp16 without a GPU
     tokenizer = load_tokenizer(tokenizer_dir(cfg.tokenizer))  # a missing vocabulary stops here, before any file
     accelerator = open_run(cfg, out, "pretrain")
+    started = time.perf_counter()
     lines, corpus = load_corpus(cfg)
+    read_seconds, started = time.perf_counter() - started, time.perf_counter()
     blocks = pack_blocks(lines, tokenizer, cfg.max_len)
+    encode_seconds = time.perf_counter() - started
     if len(blocks) <= cfg.eval_blocks:
         raise UsageError(f"the corpus packs into {len(blocks)} blocks of {cfg.max_len} tokens, not more than "
                          f"eval_blocks={cfg.eval_blocks}: give a larger corpus or a smaller --eval-blocks")
@@ -310,5 +313,7 @@ def pretrain(cfg: PretrainConfig) -> dict:
     seed_everything(cfg.seed)
     model, guidance = build_mlm_model(cfg, tokenizer)
     job = PretrainJob(cfg, train_set, eval_set, tokenizer, guidance, corpus, out)
+    job.data_ready = data_ready_line(read_seconds, encode_seconds, f"{len(lines)} lines packed into "
+                                     f"{len(train_set)} training and {len(eval_set)} held-out blocks")
     loop = TrainingLoop(cfg, out, accelerator, model, cfg.max_steps, cfg.warmup_steps, {"corpus": corpus})
     return loop.run(job)
