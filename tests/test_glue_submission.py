@@ -1,15 +1,18 @@
 """`glue-submission`: GLUE's test splits read by header, the leaderboard's zip (names, header, index order, label
-spelling, row counts), its `--check`, the fill for a task without a run, and bad input stopped before a model
-loads."""
+spelling, row counts, STS-B's range), its `--check` against the test files the zip was made for, the fill for a task
+without a run, and bad input stopped before a model loads."""
 import csv
+import hashlib
 import io
 import json
 import random
+import shutil
 import zipfile
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file, save_file
 
 from course_lib.lab import glue_submission
 from course_lib.lab import glue_test_splits
@@ -298,3 +301,76 @@ def test_a_sweeps_folder_gives_its_best_dev_seed_per_task_by_the_glue_score(tmp_
     with pytest.raises(UsageError, match=r"several methods \(asa, vanilla\): pick one with --method"):
         glue_submission.expand([sweep])
     assert glue_submission.expand([sweep], method="asa") == [asa]
+
+
+@pytest.mark.parametrize("predicted, written", [(-3.0, "0.000"), (9.0, "5.000")])
+def test_stsb_scores_in_the_zip_lie_in_0_to_5_whatever_the_model_predicts(predicted, written, runs, mini_glue,
+                                                                          tmp_path):
+    """A copy of the STS-B run whose head scores every pair -3 (or 9): its weights zeroed, its bias set. `predict`
+    gives that score; the zip holds 0 (or 5) for every row, GLUE's range, and passes --check."""
+    run = tmp_path / "stsb"
+    shutil.copytree(runs["stsb"], run)
+    weights = load_file(run / "model.safetensors")
+    weights["classifier.weight"].zero_()
+    weights["classifier.bias"].fill_(predicted)
+    save_file(weights, run / "model.safetensors")
+    test_file = mini_glue / "STS-B" / "test.tsv"
+    scores = {json.loads(line)["score"] for line in
+              predict_file(run, test_file, tmp_path / "s.jsonl").read_text().splitlines()}
+    assert scores == {predicted}
+    to = tmp_path / "stsb.zip"
+    write_submission([run], to, fill_missing="majority", glue_dir=str(mini_glue))
+    with zipfile.ZipFile(to) as archive:
+        rows = _tsv(archive, "STS-B.tsv")[1:]
+    assert [r[1] for r in rows] == [written] * len(_test_indices(test_file)) and check_zip(to) == []
+
+
+def _released_cola(glue_dir: Path, rng) -> Path:
+    """A CoLA test file in GLUE's released layout (index, sentence), 1063 rows as the release has, not the
+    shipped stand-in's 1043, numbered in an order that is not 0..1062."""
+    path = glue_dir / "CoLA" / "test.tsv"
+    _write(path, ["index", "sentence"], [[i, _words(rng)] for i in _shuffled_indices(1063, rng)])
+    return path
+
+
+def test_a_zip_made_with_glue_dir_checks_without_it_against_the_test_files_its_manifest_names(
+        runs, mini_glue, tmp_path, monkeypatch, capsys):
+    """The reported bug: a correct zip made with --glue-dir failed `--check` without it ('CoLA.tsv: 1063 rows,
+    expected 1043', the stand-in's count). The manifest names each file's test file and its sha256; the check
+    reads those files, and refuses in one line, exit 2, naming the file, once one has changed or is gone."""
+    monkeypatch.delenv("GLUE_DIR", raising=False)
+    released = tmp_path / "glue"
+    shutil.copytree(mini_glue, released)
+    cola = _released_cola(released, random.Random(1))
+    to = tmp_path / "released.zip"
+    assert glue_submission.main([*map(str, runs.values()), "--to", str(to), "--glue-dir", str(released),
+                                 "--fill-missing", "majority"]) == 0
+    capsys.readouterr()
+    assert glue_submission.main(["--check", str(to)]) == 0, capsys.readouterr().out
+    assert "passes" in capsys.readouterr().out
+    manifest = json.loads(zipfile.ZipFile(to).read("manifest.json"))
+    assert manifest["files"]["CoLA"]["made_for"] == {"kind": "file", "path": str(cola.resolve()), "rows": 1063,
+                                                     "sha256": hashlib.sha256(cola.read_bytes()).hexdigest()}
+    assert manifest["files"]["SST-2"]["made_for"]["path"] == str((released / "SST-2" / "test.tsv").resolve())
+    original = cola.read_text()
+    header, first, *rest = original.splitlines(keepends=True)
+    cola.write_text("".join([header, first.replace("\t", "\tnot ", 1), *rest]))  # a sentence, not the rows
+    _check_refuses(to, capsys, f"CoLA's predictions were made for {cola.resolve()}, which has changed since")
+    cola.write_text(original)
+    (released / "SST-2" / "test.tsv").unlink()
+    _check_refuses(to, capsys, f"SST-2's predictions were made for {(released / 'SST-2' / 'test.tsv').resolve()}, "
+                               f"which is missing")
+
+
+def _check_refuses(zip_path: Path, capsys, message: str) -> None:
+    """`--check` refuses the zip with exit 2 and one line on stderr holding `message`."""
+    code, err = glue_submission.main(["--check", str(zip_path)]), capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and message in err, (code, err)
+
+
+def test_a_zip_filled_without_test_files_checks_against_the_release_count_it_was_written_with(written):
+    """The module's zip was made with a GLUE folder without CoLA's test file, so CoLA was filled over the
+    release's 1063 rows; checked without the folder it passes, not against the shipped stand-in's 1043."""
+    assert check_zip(written[0]) == []
+    assert json.loads(zipfile.ZipFile(written[0]).read("manifest.json"))["files"]["CoLA"]["made_for"] == {
+        "kind": "release", "rows": 1063}

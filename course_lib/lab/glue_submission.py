@@ -12,8 +12,11 @@ rows by position, and has no AX.)
 The leaderboard refuses a zip with a task missing: `--fill-missing majority` writes the training set's commonest
 class (STS-B: its mean score) for a task without a run, and says so on stdout and in `manifest.json` inside the
 zip, with the runs, the project's commit and where each test split was read. `--check FILE.zip` checks any zip
-against the same rules and the test files' rows, naming the first problem. Everything a user can get wrong is
-found before a model loads (`plan`). Test splits: `course_lib.lab.glue_test_splits`.
+against the same rules and the test files' rows, naming the first problem: a zip of ours against the very test
+files its manifest says each file was predicted for (`made_for`: path and sha256), so a zip made with `--glue-dir`
+checks without it, and a test file gone or changed since is refused, naming it; `--glue-dir` checks against that
+folder's test files instead, and another tool's zip against the test files found here. Everything a user can get
+wrong is found before a model loads (`plan`). Test splits: `course_lib.lab.glue_test_splits`.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ from pathlib import Path
 
 from course_lib.lab.glue_score import glue_score
 from course_lib.lab.glue_test_splits import (TEST_SPLITS, GlueTestSplit, UnlabelledRows, expected_indices,
-                                             read_test, splits_predicted_by)
+                                             is_made_for, made_for, read_made_for, read_test, splits_predicted_by)
 from course_lib.runtime.errors import Parser, UsageError, report_errors
 from course_lib.runtime.repro import METRICS, WEIGHTS, atomic_write
 from course_lib.tasks import glue
@@ -185,14 +188,15 @@ def project_commit() -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def run_entry(folder: Path, test: UnlabelledRows) -> dict:
-    """A run's line in the manifest: its folder, method, seed, model, dev score and weights' digest."""
+def run_entry(folder: Path, split: GlueTestSplit, test: UnlabelledRows) -> dict:
+    """A run's line in the manifest: its folder, method, seed, model, dev score and weights' digest, and the
+    test rows it predicted."""
     saved = json.loads((folder / METRICS).read_text())
     config = saved["config"]
     digest = hashlib.sha256((folder / WEIGHTS).read_bytes()).hexdigest()
     return {"from": "run", "run": str(folder), "method": config.get("method"), "seed": config.get("seed"),
             "model": config.get("model"), "dev": saved.get("dev"), "weights_sha256": digest,
-            "test_rows": test.origin, "rows": len(test.indices)}
+            "test_rows": test.origin, "rows": len(test.indices), "made_for": made_for(split, test)}
 
 
 def write_submission(run_dirs: list, to, fill_missing: str | None = None, glue_dir=None,
@@ -206,7 +210,7 @@ def write_submission(run_dirs: list, to, fill_missing: str | None = None, glue_d
     for task, folder in todo.runs.items():
         for name, values in predict_rows(folder, splits_predicted_by(task), todo.tests, batch_size).items():
             files[name] = tsv_text(todo.tests[name].indices, values)
-            entries[name] = run_entry(folder, todo.tests[name])
+            entries[name] = run_entry(folder, TEST_SPLITS[name], todo.tests[name])
     for task in todo.filled:
         value, why = fill_value(glue.GLUE_TASKS[task], glue_dir)  # once per task: MNLI's fills its three files
         for name in splits_predicted_by(task):
@@ -223,7 +227,8 @@ def _filled(split: GlueTestSplit, rows: UnlabelledRows | None, value: str, why: 
     indices = expected_indices(split, rows)
     origin = rows.origin if rows is not None else f"GLUE's release: {split.rows} rows numbered from 0"
     return tsv_text(indices, [value] * len(indices)), {"from": "fill", "value": value, "why": why,
-                                                       "test_rows": origin, "rows": len(indices)}
+                                                       "test_rows": origin, "rows": len(indices),
+                                                       "made_for": made_for(split, rows)}
 
 
 def _write_zip(to: Path, files: dict[str, str], manifest: dict) -> None:
@@ -257,18 +262,34 @@ def report(to, manifest: dict) -> str:
 def check_zip(path, glue_dir=None) -> list[str]:
     """Every problem the leaderboard would refuse or misread, in the order met: not a zip, a file missing, in a
     folder or unknown, a wrong header, row count or index order, a value outside the task's labels or range.
-    The expected rows are the test splits as `read_test` finds them here (the release's count, numbered from 0,
-    where none can be read)."""
+    The expected rows are, with `glue_dir`, that folder's test splits; else those the zip's manifest says each
+    file was predicted for (a named file missing or changed is a UsageError); else the test splits as
+    `read_test` finds them here (the release's count, numbered from 0, where none can be read)."""
     path = Path(path)
     if not zipfile.is_zipfile(path):
         raise UsageError(f"--check {str(path)!r} is not a zip file")
     with zipfile.ZipFile(path) as archive:
         names = [n for n in archive.namelist() if not n.endswith("/")]
         problems = _name_problems(names)
+        records = {} if glue_dir else _made_for_records(archive, names)
         for name, split in TEST_SPLITS.items():
             if f"{name}.tsv" in names:
-                problems += _file_problems(f"{name}.tsv", archive.read(f"{name}.tsv"), split, glue_dir)
+                rows = read_made_for(split, records[name]) if name in records else _if_readable(split, glue_dir)
+                problems += _file_problems(f"{name}.tsv", archive.read(f"{name}.tsv"), split,
+                                           expected_indices(split, rows))
     return problems
+
+
+def _made_for_records(archive: zipfile.ZipFile, names: list[str]) -> dict[str, dict]:
+    """Each file's `made_for` record in the zip's manifest, where it has a well-formed one (another tool's zip,
+    or a manifest from before the records, has none: its files are checked against the test files found here)."""
+    try:
+        files = json.loads(archive.read(MANIFEST)).get("files", {}) if MANIFEST in names else {}
+    except (ValueError, AttributeError):  # not JSON, or not an object: not our manifest
+        return {}
+    entries = files.items() if isinstance(files, dict) else ()
+    return {name: entry["made_for"] for name, entry in entries
+            if name in TEST_SPLITS and isinstance(entry, dict) and is_made_for(entry.get("made_for"))}
 
 
 def _name_problems(names: list[str]) -> list[str]:
@@ -280,14 +301,13 @@ def _name_problems(names: list[str]) -> list[str]:
                        if "/" not in n and n not in expected and n != MANIFEST]
 
 
-def _file_problems(name: str, data: bytes, split: GlueTestSplit, glue_dir) -> list[str]:
+def _file_problems(name: str, data: bytes, split: GlueTestSplit, expected: list[int]) -> list[str]:
     try:
         lines = data.decode("utf-8").splitlines()
     except UnicodeDecodeError:
         return [f"{name}: not UTF-8 text"]
     if not lines or lines[0] != HEADER:
         return [f"{name}: header {lines[0] if lines else ''!r}, expected {HEADER!r}"]
-    expected = expected_indices(split, _if_readable(split, glue_dir))
     if len(lines) - 1 != len(expected):
         return [f"{name}: {len(lines) - 1} rows, expected {len(expected)} (the test split's rows)"]
     for line_no, (line, index) in enumerate(zip(lines[1:], expected), start=2):
@@ -326,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fill-missing", choices=FILL_RULES, default=None,
                         help="write the training set's majority class for a task without a run, and say so")
     parser.add_argument("--check", metavar="FILE.zip", help="check a zip against the leaderboard's rules and the "
-                                                            "test splits' rows; write nothing")
+                        "rows of the test files its manifest says it was predicted for (--glue-dir: that folder's); "
+                        "write nothing")
     parser.add_argument("--glue-dir", default=None, help="GLUE's download, with its test files (default: "
                                                          "$GLUE_DIR, else data/glue's stand-ins, else the hub)")
     parser.add_argument("--batch-size", type=int, default=None, help="rows per forward pass (default: each run's "

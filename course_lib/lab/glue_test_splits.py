@@ -15,10 +15,16 @@ found, from:
 Every test file of the release has a header row; its rows are numbered by an index column (`index`; QQP's is
 `id`), which the submission must repeat in the file's order. The row counts are those of the release, as the
 `nyu-mll/glue` dataset card lists them; they are checked when a split cannot be read (a task filled without data).
+
+A zip's manifest records which rows each file was predicted for (`made_for`: the test file's path and sha256, the
+stand-in's dev file, the hub, or the release's count), and `read_made_for` reads those same rows back for
+`--check`, refusing a named file that is gone or has changed since: a check against other rows would fail a
+correct zip (a release's CoLA has 1063 rows, the stand-in 1043) or pass a stale one.
 """
 from __future__ import annotations
 
 import csv
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,6 +84,8 @@ class UnlabelledRows:
     examples: list[Example]  # labels are placeholders (0, or 0.0 for STS-B): the test labels are hidden
     origin: str  # 'GLUE_DIR/SST-2/test.tsv', 'stand-in: data/glue/SST-2/dev.tsv without labels', 'hub ...'
     stand_in: bool = False
+    path: Path | None = None  # the file read: the test file, or the dev file a stand-in is built from (hub: None)
+    sha256: str | None = None  # of that file's bytes, as read
 
 
 def expected_indices(split: GlueTestSplit, rows: UnlabelledRows | None) -> list[int]:
@@ -95,9 +103,9 @@ def read_test(test: GlueTestSplit, glue_dir=None) -> UnlabelledRows:
     shipped = next(filter(None, (local_data.shipped_file("GLUE_DIR", path) for path in test.paths)), None)
     if shipped is not None:
         return _read_tsv(shipped, test)
-    if test.dev_split is not None and local_data.shipped_file("GLUE_DIR", f"{test.glue_task.folder}/dev.tsv"):
-        return _stand_in(test)
-    return _from_hub(test)
+    dev = (local_data.shipped_file("GLUE_DIR", f"{test.glue_task.folder}/{test.dev_split}.tsv")
+           if test.dev_split is not None else None)
+    return _stand_in(test, dev) if dev else _from_hub(test)
 
 
 def _find_in(folder: Path, test: GlueTestSplit) -> Path:
@@ -140,7 +148,7 @@ def _read_tsv(path: Path, test: GlueTestSplit) -> UnlabelledRows:
         raise UsageError(f"{path}: not UTF-8 text") from None
     if not indices:
         raise UsageError(f"{path}: no rows")
-    return UnlabelledRows(indices, examples, str(path))
+    return UnlabelledRows(indices, examples, str(path), path=Path(path).resolve(), sha256=file_sha256(path))
 
 
 def _index(text: str, where: str) -> int:
@@ -150,12 +158,13 @@ def _index(text: str, where: str) -> int:
         raise UsageError(f"{where}: index {text!r} is not a whole number") from None
 
 
-def _stand_in(test: GlueTestSplit) -> UnlabelledRows:
-    """The shipped dev split with its labels dropped, numbered from 0: the offline pipeline's test split."""
-    dev = glue.load_split(test.glue_task, test.dev_split)
+def _stand_in(test: GlueTestSplit, dev_path: Path) -> UnlabelledRows:
+    """The dev split in `dev_path` (the shipped one) with its labels dropped, numbered from 0: the offline
+    pipeline's test split."""
+    dev = glue.load_split(test.glue_task, test.dev_split, dev_path.parents[1])  # <glue>/<Task>/<split>.tsv
     examples = [Example(ex.texts, _placeholder(test)) for ex in dev]
-    source = f"data/glue/{test.glue_task.folder}/dev.tsv"
-    return UnlabelledRows(list(range(len(dev))), examples, f"stand-in: {source} without its labels", stand_in=True)
+    return UnlabelledRows(list(range(len(dev))), examples, f"stand-in: {_repo_relative(dev_path)} without its labels",
+                          stand_in=True, path=dev_path.resolve(), sha256=file_sha256(dev_path))
 
 
 def _from_hub(test: GlueTestSplit) -> UnlabelledRows:
@@ -171,3 +180,59 @@ def _from_hub(test: GlueTestSplit) -> UnlabelledRows:
                          f"GLUE_DIR or --glue-dir to GLUE's download (with {test.paths[0]}), or go online") from err
     examples = [Example(tuple(row), _placeholder(test)) for row in zip(*texts)]
     return UnlabelledRows(indices, examples, f"hub: nyu-mll/glue {config} {split}")
+
+
+def file_sha256(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _repo_relative(path: Path) -> str:
+    """A shipped file as 'data/glue/CoLA/dev.tsv', so a manifest names it in any checkout of the repository."""
+    try:
+        return str(Path(path).resolve().relative_to(local_data.REPO_DATA.parent))
+    except ValueError:
+        return str(Path(path).resolve())
+
+
+def made_for(test: GlueTestSplit, rows: UnlabelledRows | None) -> dict:
+    """What a zip's manifest keeps of the rows a file was predicted for: the test file (path, sha256), the dev
+    file a stand-in was built from, the hub's split, or (nothing readable) the release's count numbered from 0."""
+    if rows is None:
+        return {"kind": "release", "rows": test.rows}
+    if rows.path is None:
+        return {"kind": "hub", "rows": len(rows.indices)}
+    if rows.stand_in:
+        return {"kind": "stand-in", "path": _repo_relative(rows.path), "sha256": rows.sha256, "rows": len(rows.indices)}
+    return {"kind": "file", "path": str(rows.path), "sha256": rows.sha256, "rows": len(rows.indices)}
+
+
+def is_made_for(record) -> bool:
+    """Whether `record` has the shape `made_for` writes (a file's record names its path and sha256)."""
+    if not isinstance(record, dict) or record.get("kind") not in ("file", "stand-in", "hub", "release"):
+        return False
+    return record["kind"] in ("hub", "release") or (isinstance(record.get("path"), str)
+                                                     and isinstance(record.get("sha256"), str))
+
+
+def read_made_for(test: GlueTestSplit, record: dict) -> UnlabelledRows | None:
+    """The rows a manifest's `made_for` record names, read again (None: the release's count from 0); a named file
+    that is missing or whose sha256 differs from the record is one line naming it."""
+    if record["kind"] == "release":
+        return None
+    if record["kind"] == "hub":
+        try:
+            return _from_hub(test)
+        except UsageError:
+            return None  # offline: the hub's test splits are numbered from 0, as the release's count says
+    path = Path(record["path"])
+    path = path if path.is_absolute() else local_data.REPO_DATA.parent / path
+    what = f"{test.name}'s predictions were made for {path}"
+    if not path.is_file():
+        raise UsageError(f"{what}, which is missing: put it back, or give --glue-dir FOLDER to check against that "
+                         f"folder's test files")
+    now = file_sha256(path)
+    if now != record["sha256"]:
+        raise UsageError(f"{what}, which has changed since (sha256 {now[:12]}..., the manifest's "
+                         f"{str(record['sha256'])[:12]}...): predict it again, or give --glue-dir FOLDER to check "
+                         f"against that folder's test files")
+    return _stand_in(test, path) if record["kind"] == "stand-in" else _read_tsv(path, test)
