@@ -1,4 +1,8 @@
+import atexit
+import os
 import random
+import shutil
+import tempfile
 from pathlib import Path
 
 import course_lib  # noqa: F401  first: it sets OpenMP's wait policy before torch loads (course_lib/runtime/openmp.py)
@@ -8,6 +12,12 @@ import torch
 from course_lib.readers import local_data
 from course_lib.readers.model_folder import default_model_dir
 from sentiment_words import BAD, FILLER, GOOD
+
+# The tests' encoded splits go to a cache of their own (each pytest process one), not the user's; runs started in
+# subprocesses and the notebooks' kernels inherit it.
+if "ATTENTION_LAB_CACHE" not in os.environ:
+    os.environ["ATTENTION_LAB_CACHE"] = tempfile.mkdtemp(prefix="attention-lab-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["ATTENTION_LAB_CACHE"], True)
 
 @pytest.fixture(scope="session")
 def glue_dir() -> Path:

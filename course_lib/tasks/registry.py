@@ -58,6 +58,9 @@ class TaskFamily:
                                                    (None: `predict` does not take this family yet)
     prediction_rows(task, outputs, features, examples)  one readable prediction per example, from the output
                                                    rows of its features
+    encode_chunks(examples, tokenizer, cfg, training)  encode's features written straight into columns
+                                                   (`feature_cache.EncodedSplit`), a chunk of rows at a time: faster
+                                                   and smaller on a large split (None: the cache converts encode's)
     """
 
     name: str
@@ -77,6 +80,7 @@ class TaskFamily:
     hf_class: str | None = None
     read_inputs: Callable | None = None
     prediction_rows: Callable | None = None
+    encode_chunks: Callable | None = None
 
 
 def register_task(task) -> None:
@@ -136,7 +140,7 @@ def _sentence_family() -> TaskFamily:
         decode=sentence.decode, score=sentence.score, write_predictions=sentence.write_predictions,
         predictions_suffix="tsv", custom=sentence_files.custom, options=sentence.SentenceFileOptions,
         hf_class="BertForSequenceClassification", read_inputs=sentence_files.read_inputs,
-        prediction_rows=sentence.prediction_rows)
+        prediction_rows=sentence.prediction_rows, encode_chunks=sentence.encode_in_chunks)
 
 
 def _span_qa_family() -> TaskFamily:

@@ -9,6 +9,7 @@ import io
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from course_lib.model.heads import SequenceClassifier
@@ -41,7 +42,7 @@ class SentenceFileOptions(Validated):
                              f"({', '.join(columns)})")
 
 
-@dataclass
+@dataclass(slots=True)  # no __dict__: MNLI's 393k examples take 40 MB less
 class Example:
     texts: tuple[str, ...]  # one sentence, or a pair
     label: int | float  # class id, or a score for regression
@@ -53,10 +54,7 @@ def encode_examples(examples: list[Example], tokenizer, max_len: int, chunk_size
     Pairs are truncated longest-first (the tokenizer's default), as BERT did for GLUE. The fast
     tokenizer is called on chunks of examples because one call per example is ~20x slower.
     """
-    if max_len < 4:
-        raise UsageError(f"max_len must be at least 4 (room for [CLS], [SEP] and text), got {max_len}")
-    if len({len(ex.texts) for ex in examples}) > 1:
-        raise ValueError("examples mix single sentences and pairs; encode one task's split at a time")
+    _check_encodable(examples, max_len)
     features = []
     for start in range(0, len(examples), chunk_size):
         chunk = examples[start:start + chunk_size]
@@ -67,6 +65,37 @@ def encode_examples(examples: list[Example], tokenizer, max_len: int, chunk_size
             for input_ids, token_type_ids, ex in zip(ids["input_ids"], ids["token_type_ids"], chunk)
         ]
     return features
+
+
+def _check_encodable(examples: list[Example], max_len: int) -> None:
+    if max_len < 4:
+        raise UsageError(f"max_len must be at least 4 (room for [CLS], [SEP] and text), got {max_len}")
+    if len({len(ex.texts) for ex in examples}) > 1:
+        raise ValueError("examples mix single sentences and pairs; encode one task's split at a time")
+
+
+def encode_chunks(examples: list[Example], tokenizer, max_len: int, chunk_size: int = 1024):
+    """`encode_examples`'s features, the same ids from the same tokenizer call, as columns of flat arrays
+    (`feature_cache.EncodedSplit`), a chunk of examples at a time: the cache writes each chunk to disk as it
+    comes, so on a large training set (MNLI's 393k pairs) no Python object per token is ever kept. None when the
+    labels are not all class ids or all scores (an unlabelled test split): those features are not cached."""
+    from course_lib.tasks import feature_cache  # here: a notebook's first cell loads the lesson, not the cache
+
+    _check_encodable(examples, max_len)
+    if feature_cache.column([ex.label for ex in examples]) is None:
+        return None
+    ids = np.uint16 if len(tokenizer) <= 2**16 else np.int32
+
+    def chunks():
+        for start in range(0, len(examples), chunk_size):
+            chunk = examples[start:start + chunk_size]
+            encoded = tokenizer(*(list(c) for c in zip(*(ex.texts for ex in chunk))), truncation=True,
+                                max_length=max_len, return_attention_mask=False)
+            yield feature_cache.EncodedSplit({
+                "input_ids": ("ints", feature_cache.ragged(encoded["input_ids"], ids)),
+                "token_type_ids": ("ints", feature_cache.ragged(encoded["token_type_ids"], np.int8)),
+                "label": feature_cache.column([ex.label for ex in chunk])}, len(chunk))
+    return chunks()
 
 
 def collate(features: list[dict], pad_token_id: int = 0) -> dict[str, torch.Tensor]:
@@ -94,6 +123,11 @@ def read(task, split: str, cfg) -> list:
 
 def encode(examples: list, tokenizer, cfg, training: bool = True) -> list[dict]:
     return encode_examples(examples, tokenizer, cfg.max_len)
+
+
+def encode_in_chunks(examples: list, tokenizer, cfg, training: bool = True):
+    """The family's `encode_chunks` entry (`feature_cache.cached` writes the chunks as they come)."""
+    return encode_chunks(examples, tokenizer, cfg.max_len)
 
 
 def plain_head(cfg, encoder, task, tokenizer) -> SequenceClassifier:

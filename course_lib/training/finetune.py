@@ -190,6 +190,19 @@ def task_examples(run: Run) -> tuple[list, dict[str, list]]:
     return train, {s: dev_examples(cfg, run.task, run.family, s) for s in run.task.dev_splits}
 
 
+def encode_split(run: Run, examples: list, tokenizer, training: bool):
+    """A split's features as the run's family encodes them, read from the encoded-data cache when another run
+    encoded the same examples the same way (`tasks.feature_cache`), else encoded and written there."""
+    from course_lib.tasks import feature_cache  # here: a notebook's first cell loads the lesson, not the cache
+
+    cfg, family = run.cfg, run.family
+    what = {"family": family.name, "task": run.task.name, "training": training, "max_len": cfg.max_len,
+            "options": cfg.task_options.to_dict()}
+    chunks = family.encode_chunks
+    return feature_cache.cached(what, examples, tokenizer, lambda: family.encode(examples, tokenizer, cfg, training),
+                                chunks and (lambda: chunks(examples, tokenizer, cfg, training)))
+
+
 def dev_examples(cfg: FinetuneConfig, task, family: TaskFamily, split: str) -> list:
     """One dev split as the run scores it: the family's reader, then the config's seeded cap."""
     return batching.subsample(family.read(task, split, cfg), cfg.max_eval_samples, cfg.seed)
@@ -285,9 +298,10 @@ def finetune(cfg: FinetuneConfig) -> dict:
         accelerator.print(note)
     encoder, tokenizer = load_encoder(run)
     model = build_classifier(run, encoder, tokenizer)
-    encode, started = run.family.encode, time.perf_counter()
-    train = encode(train_examples, tokenizer, cfg, training=True)
-    dev = {s: encode(ex, tokenizer, cfg, training=False) for s, ex in dev_examples.items()}
+    started = time.perf_counter()
+    train = encode_split(run, train_examples, tokenizer, training=True)
+    dev = {s: encode_split(run, ex, tokenizer, training=False) for s, ex in dev_examples.items()}
+    del train_examples  # the features are all a run reads of them
     job = FinetuneJob(run, train, dev, tokenizer, out)
     job.data_ready = data_ready_line(read_seconds, time.perf_counter() - started,
                                      f"{len(train)} training and {sum(map(len, dev.values()))} dev examples")

@@ -109,6 +109,17 @@ def pack_blocks(lines: list[str], tokenizer, max_len: int, chunk_size: int = 409
     return blocks
 
 
+def cached_blocks(lines: list[str], tokenizer, max_len: int) -> list[list[int]]:
+    """`pack_blocks`, read from the encoded-data cache when another run packed the same lines with the same
+    tokenizer and length (`tasks.feature_cache`), else packed and written there."""
+    from course_lib.tasks import feature_cache  # here: a notebook's first cell loads the lesson, not the cache
+
+    what = {"family": "mlm_blocks", "max_len": max_len}
+    split = feature_cache.cached(what, lines, tokenizer,
+                                 lambda: [{"input_ids": b} for b in pack_blocks(lines, tokenizer, max_len)])
+    return [row["input_ids"] for row in split]
+
+
 def pad_blocks(blocks: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(input_ids, attention_mask), both (B, L), padded to the batch's longest block."""
     B, L = len(blocks), max(map(len, blocks))

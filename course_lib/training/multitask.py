@@ -44,7 +44,8 @@ from course_lib.tasks.metrics import shown
 from course_lib.tasks.registry import get_task
 from course_lib.tasks.span_qa import SPAN_QA
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, TrainingRunConfig
-from course_lib.training.finetune import batch_loss, check_epoch_caches, dev_entry, epoch_features, task_examples
+from course_lib.training.finetune import (batch_loss, check_epoch_caches, dev_entry, encode_split, epoch_features,
+                                         task_examples)
 from course_lib.training.loop import Job, TrainingLoop, add_stats, data_ready_line, open_run, present_stats
 from course_lib.training.run import Run, resolve, resolve_preset
 from course_lib.training.task_model import build_classifier
@@ -116,8 +117,12 @@ def build_multitask(cfg: MultitaskConfig, encoder, tokenizer, runs: list[Run] | 
 def encode_task(cfg: MultitaskConfig, run: Run, examples: list, tokenizer, training: bool) -> list[dict]:
     """A task's features as its family encodes them, or both sentences of a pair apart (pair_encoding separate)."""
     if run.task.name in cfg.separate_pair_tasks():
-        return encode_separately(examples, tokenizer, cfg.max_len)
-    return run.family.encode(examples, tokenizer, run.cfg, training=training)
+        from course_lib.tasks import feature_cache  # here: a notebook's first cell loads the lesson, not the cache
+
+        what = {"family": "separate_pairs", "task": run.task.name, "training": training, "max_len": cfg.max_len}
+        return feature_cache.cached(what, examples, tokenizer,
+                                    lambda: encode_separately(examples, tokenizer, cfg.max_len))
+    return encode_split(run, examples, tokenizer, training)
 
 
 def overall_score(tasks: list, dev: dict[str, dict]) -> float:

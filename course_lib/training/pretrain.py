@@ -46,7 +46,7 @@ from course_lib.runtime.tracking import scalars
 from course_lib.tasks import batching
 from course_lib.training.config import PretrainConfig
 from course_lib.training.loop import Job, TrainingLoop, data_ready_line, open_run
-from course_lib.training.mlm_data import IGNORE, load_corpus, mask_tokens, pack_blocks, pad_blocks, step_generator
+from course_lib.training.mlm_data import IGNORE, cached_blocks, load_corpus, mask_tokens, pad_blocks, step_generator
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 HELD_OUT_SEED = 20200  # the held-out blocks and their masks do not depend on the run's seed
@@ -300,7 +300,7 @@ def pretrain(cfg: PretrainConfig) -> dict:
     started = time.perf_counter()
     lines, corpus = load_corpus(cfg)
     read_seconds, started = time.perf_counter() - started, time.perf_counter()
-    blocks = pack_blocks(lines, tokenizer, cfg.max_len)
+    blocks = cached_blocks(lines, tokenizer, cfg.max_len)
     encode_seconds = time.perf_counter() - started
     if len(blocks) <= cfg.eval_blocks:
         raise UsageError(f"the corpus packs into {len(blocks)} blocks of {cfg.max_len} tokens, not more than "
