@@ -15,7 +15,7 @@ from course_lib.runtime import cli
 from course_lib.tasks import batching, feature_cache, multiple_choice, sentence
 from course_lib.tasks.feature_cache import EncodedSplit
 from course_lib.training.config import FinetuneConfig
-from course_lib.training.finetune import encode_split
+from course_lib.training.finetune import encode_split, split_features
 from course_lib.training.run import resolve
 
 
@@ -90,26 +90,36 @@ def test_multiple_choice_features_round_trip_through_columns(tokenizer, tmp_path
     assert typed(feature_cache.read_split(tmp_path / "entry")) == typed(features)
 
 
-def test_a_changed_data_file_is_encoded_again(tokenizer, cache, glue_dir, tmp_path):
+@pytest.mark.parametrize("preset", ["sst2", "custom"])
+def test_a_split_encoded_before_is_read_back_and_a_changed_file_is_encoded_again(preset, tokenizer, cache,
+                                                                                  glue_dir, tmp_path):
+    """GLUE's preset names its file, so a split found in the cache is not even read; a run's own files (custom)
+    are read, and keyed on what was read. Either way an edited row is encoded again."""
     mine = tmp_path / "glue"
     shutil.copytree(glue_dir / "SST-2", mine / "SST-2")
     train = mine / "SST-2" / "train.tsv"
     train.write_text("".join(train.read_text().splitlines(keepends=True)[:201]))
-    cfg = FinetuneConfig(task="sst2", glue_dir=str(mine), max_len=64)
+    files = {"train_file": str(train), "validation_file": str(mine / "SST-2" / "dev.tsv"), "task_type":
+             "classification", "text_columns": "sentence", "label_column": "label", "labels": "1,0"}
+    cfg = FinetuneConfig.from_dict({"task": preset, "max_len": 64,
+                                    **({"glue_dir": str(mine)} if preset == "sst2" else files)})
 
     def encoded():
-        run = resolve(cfg)
-        return list(encode_split(run, run.family.read(run.task, "train", cfg), tokenizer, True))
+        seconds = {"read": 0.0}
+        features = list(split_features(resolve(cfg), "train", tokenizer, True, seconds))
+        return features, seconds["read"] > 0
 
-    first = encoded()
-    assert encoded() == first and len(cache) == 1  # read back
+    first, read = encoded()
+    assert read and len(cache) == 1
+    again, read = encoded()
+    assert again == first and len(cache) == 1 and read == (preset == "custom")  # GLUE's: not read at all
     lines = train.read_text().splitlines(keepends=True)
     lines[5] = "a wholly different sentence\t0\n"
     train.write_text("".join(lines))
-    changed = encoded()
-    assert len(cache) == 2 and changed[4] != first[4] and changed[:4] == first[:4]
-    assert changed[4] == sentence.encode_examples([sentence.Example(("a wholly different sentence",), 0)],
-                                                  tokenizer, 64)[0]
+    changed, read = encoded()
+    assert read and len(cache) == 2 and changed[4] != first[4] and changed[:4] == first[:4]
+    assert changed[4]["input_ids"] == sentence.encode_examples([sentence.Example(("a wholly different sentence",), 0)],
+                                                               tokenizer, 64)[0]["input_ids"]
 
 
 class Planted:

@@ -3,9 +3,11 @@
 A grid fine-tunes one task many times (methods x seeds), and encoding MNLI's 393k pairs takes longer than reading
 them. Like run_glue's `datasets.map` cache, an encoded split is written once, as columns of numpy arrays, and every
 later run with the same examples, tokenizer, family and length reads it memory-mapped: a run's host memory then
-holds no Python object per token. The key is a hash of the examples' content (so a changed data file is encoded
-again, whatever its path), the tokenizer's own definition (vocabulary, normaliser, special tokens), the family,
-the task, `max_len` and the family's options, and the encoders' own source (an edited encoder encodes again).
+holds no Python object per token. The key is a hash of the data's content (the files a preset names, GLUE's, so a
+run that finds its split encoded does not read it; else the examples read), the tokenizer's own definition
+(vocabulary, normaliser, special tokens), the family, the task, `max_len` and the family's options, and the source
+of the code that reads and encodes (an edited reader or encoder encodes again): a changed file is encoded again,
+whatever its path.
 
 A split's features come back as an `EncodedSplit`: a sequence whose rows are the same dicts, with the same Python
 types, that the family's `encode` gives. Features that are not plain data (evaluation features keep the example
@@ -33,7 +35,8 @@ import numpy as np
 from course_lib.runtime.errors import Parser, UsageError, report_errors
 
 CACHE_ENV = "ATTENTION_LAB_CACHE"
-ENCODERS = ("tasks", "training/mlm_data.py", "model/pair_heads.py")  # where every encoder lives, in course_lib/
+ENCODERS = ("readers", "tasks", "training/mlm_data.py", "model/pair_heads.py")  # course_lib/'s code that reads
+#   and encodes data: an entry keyed on a data file's content is only as good as the reader that read it
 SCALARS = {int: "int", float: "float", str: "str"}
 
 
@@ -172,13 +175,22 @@ def _definition_hash(tokenizer, backend) -> str:
 
 @functools.cache
 def encoders_fingerprint() -> str:
-    """A hash of the source of every encoder (the task families', pre-training's blocks, separately encoded pairs):
-    an edit to any of them encodes again, with no version number to remember to raise."""
+    """A hash of the source of every reader and encoder (the task families', pre-training's blocks, separately
+    encoded pairs): an edit to any of them encodes again, with no version number to remember to raise."""
     package = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
     for place in ENCODERS:
         for path in sorted((package / place).rglob("*.py")) if (package / place).is_dir() else [package / place]:
             digest.update(path.relative_to(package).as_posix().encode() + b"\x00" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def file_fingerprint(path: Path) -> str:
+    """A hash of a data file's bytes (MNLI's 47 MB training file: about 0.1 s)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
     return digest.hexdigest()
 
 

@@ -80,6 +80,12 @@ class GlueTask(LabelSet):
     def load(self, split: str, cfg) -> list["Example"]:
         return load_split(self, split, cfg.glue_dir)
 
+    def split_files(self, split: str, cfg) -> list[Path] | None:
+        """The file `load` reads a split from (None: the hub's copy), so the encoded-data cache can key a split on
+        the file's content and a run need not read what it has encoded before."""
+        path = local_split_file(self, split, cfg.glue_dir)
+        return None if path is None else [path]
+
 
 _BINARY = ("0", "1")
 _PAIR = ("sentence1", "sentence2")
@@ -130,10 +136,16 @@ def load_split(
     when nothing works says how to provide the data.
     """
     task = get_task(task) if isinstance(task, str) else task
+    path = local_split_file(task, split, glue_dir)
+    return glue_files.read_tsv(path, task) if path is not None else glue_files.from_hub(task, split)
+
+
+def local_split_file(task: GlueTask, split: str, glue_dir: str | os.PathLike | None = None) -> Path | None:
+    """Where a labelled split is read from: `glue_dir`, else $GLUE_DIR, else data/glue; None: the hub (a folder
+    the user named never falls back to it: a split missing there is one line)."""
     if split not in task.splits:
         raise choice_error(f"split for {task.name}", split, task.splits)
     chosen = local_data.env_folder("GLUE_DIR", glue_dir)
     if chosen is not None:
-        return glue_files.read_tsv(glue_files.split_path(task, split, Path(chosen).expanduser()), task)
-    shipped = local_data.shipped_file("GLUE_DIR", f"{task.folder}/{split}.tsv")
-    return glue_files.read_tsv(shipped, task) if shipped is not None else glue_files.from_hub(task, split)
+        return glue_files.split_path(task, split, Path(chosen).expanduser())
+    return local_data.shipped_file("GLUE_DIR", f"{task.folder}/{split}.tsv")

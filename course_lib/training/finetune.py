@@ -16,6 +16,7 @@ and at the end `model.safetensors` (the trained task model) and `<split>_predict
 """
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import time
@@ -30,6 +31,7 @@ from course_lib.methods.registry import EpochContext
 from course_lib.model.heads import SequenceClassifier
 from course_lib.model.weights import check_runnable
 from course_lib.readers import sources
+from course_lib.readers.model_folder import load_tokenizer
 from course_lib.runtime.compiled import step_collate
 from course_lib.runtime.export import export_if_asked
 from course_lib.runtime.repro import WEIGHTS
@@ -190,17 +192,46 @@ def task_examples(run: Run) -> tuple[list, dict[str, list]]:
     return train, {s: dev_examples(cfg, run.task, run.family, s) for s in run.task.dev_splits}
 
 
-def encode_split(run: Run, examples: list, tokenizer, training: bool):
+def encode_split(run: Run, examples, tokenizer, training: bool, files: dict | None = None):
     """A split's features as the run's family encodes them, read from the encoded-data cache when another run
-    encoded the same examples the same way (`tasks.feature_cache`), else encoded and written there."""
+    encoded the same examples the same way (`tasks.feature_cache`), else encoded and written there. `files`: the
+    split's files' content (`split_features`), the key instead of the examples, which `examples()` then reads
+    only when the split was not encoded before."""
     from course_lib.tasks import feature_cache  # here: a notebook's first cell loads the lesson, not the cache
 
     cfg, family = run.cfg, run.family
     what = {"family": family.name, "task": run.task.name, "training": training, "max_len": cfg.max_len,
-            "options": cfg.task_options.to_dict()}
+            "options": cfg.task_options.to_dict(), **({"read_from": files} if files else {})}
+    read = examples if files else lambda: examples
     chunks = family.encode_chunks
-    return feature_cache.cached(what, examples, tokenizer, lambda: family.encode(examples, tokenizer, cfg, training),
-                                chunks and (lambda: chunks(examples, tokenizer, cfg, training)))
+    return feature_cache.cached(what, [] if files else examples, tokenizer,
+                                lambda: family.encode(read(), tokenizer, cfg, training),
+                                chunks and (lambda: chunks(read(), tokenizer, cfg, training)))
+
+
+def split_features(run: Run, split: str, tokenizer, training: bool, seconds: dict):
+    """A split's features (capped by the config's debug limits), as `encode_split` gives them. A preset that
+    names its split's files (GLUE's TSVs: `split_files`) is keyed on their content, so a run that finds the
+    split encoded before does not read it at all; the others are read, then keyed on their examples.
+    seconds["read"] adds the time spent reading."""
+    from course_lib.tasks import feature_cache  # here: a notebook's first cell loads the lesson, not the cache
+
+    cfg, task = run.cfg, run.task
+    cap = cfg.max_train_samples if split == "train" else cfg.max_eval_samples
+
+    @functools.cache
+    def examples() -> list:
+        started = time.perf_counter()
+        read = batching.subsample(run.family.read(task, split, cfg), cap, cfg.seed)
+        seconds["read"] += time.perf_counter() - started
+        return read
+
+    files = task.split_files(split, cfg) if hasattr(task, "split_files") else None
+    if files is None:
+        return encode_split(run, examples(), tokenizer, training)
+    content = {"split": split, "cap": cap, "seed": cfg.seed if cap else None,
+               "files": [feature_cache.file_fingerprint(path) for path in files]}
+    return encode_split(run, examples, tokenizer, training, content)
 
 
 def dev_examples(cfg: FinetuneConfig, task, family: TaskFamily, split: str) -> list:
@@ -291,19 +322,17 @@ def finetune(cfg: FinetuneConfig) -> dict:
     accelerator = open_run(cfg, out)
     check_epoch_caches(out)
     seed_everything(cfg.seed)
-    started = time.perf_counter()
-    train_examples, dev_examples = task_examples(run)
-    read_seconds = time.perf_counter() - started
     if (note := sources.skipped_test_note(run.task, cfg)) is not None:
         accelerator.print(note)
-    encoder, tokenizer = load_encoder(run)
+    tokenizer = load_tokenizer(run.model_dir)  # the data first: a bad file stops the run before the model loads
+    seconds, started = {"read": 0.0}, time.perf_counter()
+    train = split_features(run, "train", tokenizer, True, seconds)
+    dev = {s: split_features(run, s, tokenizer, False, seconds) for s in run.task.dev_splits}
+    data_seconds = time.perf_counter() - started
+    encoder, _ = load_encoder(run)
     model = build_classifier(run, encoder, tokenizer)
-    started = time.perf_counter()
-    train = encode_split(run, train_examples, tokenizer, training=True)
-    dev = {s: encode_split(run, ex, tokenizer, training=False) for s, ex in dev_examples.items()}
-    del train_examples  # the features are all a run reads of them
     job = FinetuneJob(run, train, dev, tokenizer, out)
-    job.data_ready = data_ready_line(read_seconds, time.perf_counter() - started,
+    job.data_ready = data_ready_line(seconds["read"], data_seconds - seconds["read"],
                                      f"{len(train)} training and {sum(map(len, dev.values()))} dev examples")
     total_steps = job.steps_per_epoch * cfg.epochs
     result = TrainingLoop(cfg, out, accelerator, model, total_steps, round(cfg.warmup_ratio * total_steps)).run(job)
