@@ -17,7 +17,7 @@ from course_lib.runtime.export import EXPORT_DIR, export_run
 from course_lib.runtime.repro import METRICS
 from course_lib.tasks.registry import get_family, run_task
 from course_lib.training.config import FinetuneConfig
-from course_lib.training.finetune import dev_examples, finetune
+from course_lib.training.finetune import finetune, split_examples
 from course_lib.training.task_model import load_finetuned
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +65,7 @@ def _first_dev_batch_logits(run_dir: Path, hf_dir: Path) -> tuple[torch.Tensor, 
     task = run_task(cfg)
     family = get_family(task.family)
     model, tokenizer = load_finetuned(run_dir)
-    features = family.encode(dev_examples(cfg, task, family, task.dev_splits[0]), tokenizer, cfg, training=False)
+    features = family.encode(split_examples(cfg, task, family, task.dev_splits[0]), tokenizer, cfg, training=False)
     batch = family.collate(features[:8], tokenizer.pad_token_id)
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
     hf = AUTO[family.hf_class].from_pretrained(hf_dir).eval()

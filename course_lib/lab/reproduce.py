@@ -96,11 +96,11 @@ def _dev_examples(config: dict) -> list:
     from course_lib.lab.archive import read_config
     from course_lib.tasks.registry import get_family, run_task
     from course_lib.training.config import FinetuneConfig
-    from course_lib.training.finetune import dev_examples
+    from course_lib.training.finetune import split_examples
 
     cfg = read_config(FinetuneConfig, config)
     task = run_task(cfg)
-    return dev_examples(cfg, task, get_family(task.family), task.dev_splits[0])
+    return split_examples(cfg, task, get_family(task.family), task.dev_splits[0])
 
 
 def chance_level(rows: list[dict], metric: str) -> float | None:

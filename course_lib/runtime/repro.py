@@ -246,6 +246,12 @@ def progress_seconds() -> float:
     return seconds
 
 
+def progress_lines_wanted() -> bool:
+    """Lines instead of a bar where no bar can be seen: stderr is a file or a pipe (a Slurm task, a sweep's
+    log.txt), not a terminal, and not a notebook's cell, which shows the bar as a widget."""
+    return not sys.stderr.isatty() and not in_jupyter_kernel()
+
+
 def in_jupyter_kernel() -> bool:
     """Whether this process is a Jupyter kernel (a notebook shows the bar as a widget there, not a log)."""
     ipython = sys.modules.get("IPython")

@@ -70,11 +70,6 @@ class EncodedSplit(Sequence):
         i = index % self.n
         return {name: _cell(kind, arrays, i) for name, (kind, arrays) in self.columns.items()}
 
-    def lengths(self, name: str = "input_ids") -> np.ndarray:
-        """Each row's number of values in a ragged column (its token count, for input_ids), without building
-        the rows."""
-        return np.diff(self.columns[name][1]["ends"], prepend=0)
-
 
 def _span(ends: np.ndarray, i: int) -> tuple[int, int]:
     return (int(ends[i - 1]) if i else 0), int(ends[i])

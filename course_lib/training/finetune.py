@@ -187,9 +187,8 @@ def batch_loss(model, features: list[dict], pad_id: int, accelerator: Accelerato
 def task_examples(run: Run) -> tuple[list, dict[str, list]]:
     """(training examples, dev examples per split) as the task's family reads them, each capped by the
     config's debug limits."""
-    cfg = run.cfg
-    train = batching.subsample(run.family.read(run.task, "train", cfg), cfg.max_train_samples, cfg.seed)
-    return train, {s: dev_examples(cfg, run.task, run.family, s) for s in run.task.dev_splits}
+    cfg, task, family = run.cfg, run.task, run.family
+    return split_examples(cfg, task, family, "train"), {s: split_examples(cfg, task, family, s) for s in task.dev_splits}
 
 
 def encode_split(run: Run, examples, tokenizer, training: bool, files: dict | None = None):
@@ -217,12 +216,12 @@ def split_features(run: Run, split: str, tokenizer, training: bool, seconds: dic
     from course_lib.tasks import feature_cache  # here: a notebook's first cell loads the lesson, not the cache
 
     cfg, task = run.cfg, run.task
-    cap = cfg.max_train_samples if split == "train" else cfg.max_eval_samples
+    cap = sample_cap(cfg, split)
 
     @functools.cache
     def examples() -> list:
         started = time.perf_counter()
-        read = batching.subsample(run.family.read(task, split, cfg), cap, cfg.seed)
+        read = split_examples(cfg, task, run.family, split)
         seconds["read"] += time.perf_counter() - started
         return read
 
@@ -234,9 +233,14 @@ def split_features(run: Run, split: str, tokenizer, training: bool, seconds: dic
     return encode_split(run, examples, tokenizer, training, content)
 
 
-def dev_examples(cfg: FinetuneConfig, task, family: TaskFamily, split: str) -> list:
-    """One dev split as the run scores it: the family's reader, then the config's seeded cap."""
-    return batching.subsample(family.read(task, split, cfg), cfg.max_eval_samples, cfg.seed)
+def sample_cap(cfg: FinetuneConfig, split: str) -> int | None:
+    """The config's debug cap on a split: max_train_samples for training, max_eval_samples for the others."""
+    return cfg.max_train_samples if split == "train" else cfg.max_eval_samples
+
+
+def split_examples(cfg: FinetuneConfig, task, family: TaskFamily, split: str) -> list:
+    """One split as the run reads it: the family's reader, then the config's seeded cap (`sample_cap`)."""
+    return batching.subsample(family.read(task, split, cfg), sample_cap(cfg, split), cfg.seed)
 
 
 class FinetuneJob(Job):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -26,8 +25,8 @@ from accelerate import Accelerator
 from course_lib.runtime.compiled import check_compile, compile_modules
 from course_lib.runtime.errors import Preempted, RunFailed, UsageError
 from course_lib.runtime.fast import optimize
-from course_lib.runtime.repro import (CHECKPOINT, METRICS, ProgressLines, check_writable_dir, in_jupyter_kernel,
-                                      log_line, progress, progress_seconds, remove_stale_temporaries,
+from course_lib.runtime.repro import (CHECKPOINT, METRICS, ProgressLines, check_writable_dir, log_line, progress,
+                                      progress_lines_wanted, progress_seconds, remove_stale_temporaries,
                                       restore_training_state, save_torch, training_state, write_json)
 from course_lib.runtime.run_folder import check_same_run, lock_run_folder, read_checkpoint, unlock_run_folder
 from course_lib.runtime.tracking import log_with, scalars, tracker_config
@@ -325,8 +324,7 @@ class TrainingLoop:
             main = self.accelerator.is_main_process
             if main and job.data_ready is not None:
                 log_line(job.data_ready)
-            self.lines = ProgressLines(self.total_steps, self.state["global_step"],
-                                       main and not sys.stderr.isatty() and not in_jupyter_kernel())
+            self.lines = ProgressLines(self.total_steps, self.state["global_step"], main and progress_lines_wanted())
             if self.tracking:
                 self.accelerator.init_trackers(self.out.name, config=tracker_config(self.cfg.to_dict()))
             while self.state["epoch"] < job.segments:
