@@ -11,7 +11,7 @@ differ only in their seed form a group; collect writes, atomically:
   metric as `dev_accuracy`, `test_f1`, `held-out_mlm_loss`, ..., training time);
 - `results.md`: a section per kind with one row per group (mean ± sample standard deviation, ddof=1, over
   seeds; one seed shows its number without ±) and the papers' numbers, then a GLUE section (each method's
-  GLUE score per task and, with all nine tasks, its GLUE average, by `tasks.glue_score`, beside the papers'), then
+  GLUE score per task and, with all nine tasks, its GLUE average, by `lab.glue_score`, beside the papers'), then
   each method against its baseline (vanilla; plain MLM for AG) by a paired t-test over seeds on the task's main
   metric, the direction known (lower is better for a loss or perplexity) and Holm's correction across the
   table's tests.

@@ -159,7 +159,7 @@ def _main_metric(result: dict, metrics: dict[str, float]) -> str | None:
 
 def _finetune_tasks(result: dict) -> list[dict]:
     """One row: every dev and test metric; a GLUE task's row also its GLUE score, 'dev glue_score', which spans
-    MNLI's two dev splits (`tasks.glue_score`)."""
+    MNLI's two dev splits (`lab.glue_score`)."""
     metrics = split_metrics(result)
     main = _main_metric(result, metrics)
     score = glue_score(result["task"], result)

@@ -48,7 +48,7 @@ _add("finetune", {"vanilla": (52.1, 93.5, 88.9, 87.1, 71.2, 84.6, 90.5, 66.4),  
                   "ssa-hybrid": (54.1, 94.4, 89.1, 87.2, 71.5, 84.7, 91.3, 70.3)},
      (("cola", "matthews_correlation"), ("sst2", "accuracy"), ("mrpc", "f1"), ("stsb", "pearson"),
       ("qqp", "f1"), ("mnli", "accuracy"), ("qnli", "accuracy"), ("rte", "accuracy")), KOU, SERVER)
-# The same table's "Avg": GLUE's average of its nine task scores (`tasks.glue_score`), under the task key GLUE.
+# The same table's "Avg": GLUE's average of its nine task scores (`lab.glue_score`), under the task key GLUE.
 _add("finetune", {"vanilla": (78.3,), "bert-mask": (78.3,), "ssa-co": (79.0,), "ssa-hybrid": (79.3,)},
      ((GLUE, GLUE_AVERAGE),), KOU, SERVER)
 _add("finetune", {"vanilla": (93.2, 84.1, 90.4, 71.4, 84.7), "asa": (94.1, 85.0, 91.4, 72.3, 86.5)},

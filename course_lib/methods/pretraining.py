@@ -7,13 +7,15 @@ the patterns an AG run is pulled towards.
 
     mlm   masked language modelling (Devlin et al. 2019)
     ag    MLM + attention guidance (Deshpande & Narasimhan 2020)     course_lib/methods/ag.py
+
+As in `methods.registry`, the built-in entries are built on first use, so `ag` is imported by a pre-training run
+(or a listing of them all), never by a fine-tuning run, whose configuration imports this module.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
-from course_lib.methods import ag
 from course_lib.runtime.registry import Registry
 from course_lib.runtime.validated import Validated
 
@@ -26,19 +28,31 @@ class PretrainMethod:
 
     name: str
     summary: str
-    options: type[Validated] = ag.GuidanceOptions
+    options: type[Validated]
     objective: Callable | None = None
 
 
+# The built-in methods: each builder imports ag the first time its method is asked for.
+
+def _mlm() -> PretrainMethod:
+    from course_lib.methods import ag
+    return PretrainMethod("mlm", "masked language modelling (Devlin et al. 2019)", ag.GuidanceOptions)
+
+
+def _ag() -> PretrainMethod:
+    from course_lib.methods import ag
+    return PretrainMethod("ag", "MLM + attention guidance (Deshpande & Narasimhan 2020)", ag.AGOptions,
+                          objective=ag.GuidedObjective)
+
+
 PRETRAIN_METHODS: Registry[PretrainMethod] = Registry("pretraining method", {
-    "mlm": lambda: PretrainMethod("mlm", "masked language modelling (Devlin et al. 2019)"),
-    "ag": lambda: PretrainMethod("ag", "MLM + attention guidance (Deshpande & Narasimhan 2020)", ag.AGOptions,
-                                 objective=ag.GuidedObjective)})
+    "mlm": _mlm, "ag": _ag})
 get_pretrain_method = PRETRAIN_METHODS.get
 pretrain_option_owners = PRETRAIN_METHODS.option_readers  # {option: the pre-training methods that read it}
 
 
 def register_pretrain(method: PretrainMethod) -> PretrainMethod:
+    from course_lib.methods import ag
     if not issubclass(method.options, ag.GuidanceOptions):
         raise TypeError(f"{method.name}: a pre-training method's options extend ag.GuidanceOptions")
     return PRETRAIN_METHODS.register(method)

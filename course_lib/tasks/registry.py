@@ -4,13 +4,18 @@ A task family is a kind of problem, declared once: how a split is read, how exam
 padded batches, the plain task model (encoder plus head, whose forward returns the loss given labels), how the
 model's outputs become predictions, how predictions are scored, and how they are written for a reader or a
 leaderboard. A task is a named preset of one family (GLUE's SST-2 is one of the sentence family). The training
-code has no `if task == ...`: a new family is its own module plus one `register_family` line here.
+code has no `if task == ...`: a built-in family is its own module plus a builder below and one entry in
+`FAMILIES`; a family of your own is one `register_family(TaskFamily(...))` call (docs/extending.md).
 
-    sentence          classification or regression of a sentence or a pair     tasks/sentence.py, glue.py,
-                                                                               sentence_files.py, cs224n.py
-    span_qa           span question answering (SQuAD v1.1, v2.0)               tasks/span_qa.py, tasks/squad.py
-    tagging           a tag per word (WNUT-17, CoNLL-2003)                     tasks/tagging.py
-    multiple_choice   one of several answers (DREAM, HellaSWAG, SWAG)          tasks/multiple_choice.py
+    sentence          classification or regression of a sentence or a pair     tasks/sentence.py, tasks/glue.py,
+                                                                               readers/glue_files.py,
+                                                                               readers/sentence_files.py,
+                                                                               readers/cs224n.py
+    span_qa           span question answering (SQuAD v1.1, v2.0)               tasks/span_qa.py, tasks/squad.py,
+                                                                               readers/squad_json.py
+    tagging           a tag per word (WNUT-17, CoNLL-2003)                     tasks/tagging.py, readers/conll.py
+    multiple_choice   one of several answers (DREAM, HellaSWAG, SWAG)          tasks/multiple_choice.py,
+                                                                               readers/choice_files.py
 
 The built-in families and presets are declared below but loaded on first use: a run on SST-2, from a notebook
 or the command line, imports the sentence family's modules, never SQuAD's reader. Listing them all

@@ -17,7 +17,7 @@ class Run:
     """A fine-tuning run: its config and what its names resolve to."""
 
     cfg: FinetuneConfig
-    task: object  # the task preset bound to the run's files and options (`TaskPreset.bind`)
+    task: object  # the task preset bound to the run's files and options (its `.bind(cfg)`, via `run_task`)
     family: TaskFamily
     method: Method
     model_dir: Path | None  # None: a head built on an encoder already loaded (`resolve_preset`)
