@@ -129,22 +129,21 @@ def test_a_paired_test_on_a_loss_prefers_the_lower_value_and_holm_corrects_the_t
 
 
 
-def test_a_key_missing_from_an_older_file_reads_as_what_the_run_did_then(tmp_path):
-    """A run saved before asa_cut_row and asa_clip_scope existed ran clean and clipped all (the lab's
-    archive.SAVED_BEFORE): the same label as a run that says so, apart from today's defaults. A label leaves out an
+def test_a_label_names_the_options_off_todays_defaults_that_its_task_reads(tmp_path):
+    """An ASA run that cut rows clean, clipped all and took the squared divergence (as the archived runs from
+    before those options did) is labelled with what sets it apart from today's defaults. A label leaves out an
     option its task does not read (the regression divergence on SST-2), and a vanilla run reads no method's options."""
     today = get_method("asa").options().to_dict()
-    old = {k: v for k, v in today.items() if k not in ("asa_cut_row", "asa_clip_scope", "asa_regression_divergence")}
-    said = {**today, "asa_cut_row": "clean", "asa_clip_scope": "all"}
-    runs = {"old": ("sst2", "asa", old), "said": ("sst2", "asa", said), "today": ("sst2", "asa", today),
-            "stsb": ("stsb", "asa", old), "vanilla": ("sst2", "vanilla", {})}
+    said = {**today, "asa_cut_row": "clean", "asa_clip_scope": "all", "asa_regression_divergence": "squared"}
+    runs = {"said": ("sst2", "asa", said), "today": ("sst2", "asa", today), "stsb": ("stsb", "asa", said),
+            "vanilla": ("sst2", "vanilla", {})}
     for name, (task, method, options) in runs.items():
         write(tmp_path / name, {"kind": "finetune", "status": "complete", "task": task, "main_metric": "accuracy",
                                 "config": {"task": task, "method": method, "seed": 0, **options},
                                 "dev": {"accuracy": 0.8}})
     labels = {row["run"]: collect._method_label(row) for row in collect.collect(tmp_path)}
     was = "asa (asa_clip_scope=all, asa_cut_row=clean"
-    assert labels == {"old": was + ")", "said": was + ")", "today": "asa", "vanilla": "vanilla",
+    assert labels == {"said": was + ")", "today": "asa", "vanilla": "vanilla",
                       "stsb": was + ", asa_regression_divergence=squared)"}
 
 
@@ -183,11 +182,14 @@ def test_a_truncated_or_foreign_metrics_file_is_skipped_with_one_line_naming_it(
     assert len(err) == 1 and err[0].startswith(f"warning: skipping {tmp_path / 'odd' / 'metrics.json'}: ")
 
 
-def test_files_written_before_kind_existed_are_still_recognised():
-    assert kind_of({"config": {}, "task": "sst2", "dev": {}}).name == "finetune"
-    assert kind_of({"config": {}, "tasks": ["sst2"], "dev": {}}).name == "multitask"
-    assert kind_of({"config": {}, "eval_curve": [], "final": {}}).name == "pretrain"
+def test_a_file_is_of_the_kind_it_names_and_of_none_without_one():
+    assert [kind_of({"kind": name, "config": {}}).name for name in ("finetune", "multitask", "pretrain")] == \
+        ["finetune", "multitask", "pretrain"]
+    assert kind_of({"config": {}, "task": "sst2", "dev": {}}) is None  # no kind: not guessed from its fields
     assert kind_of({"kind": "other", "config": {}, "task": "sst2"}) is None
+    assert kind_of({"kind": ["finetune"], "config": {}}) is None
+
+
 def finetune_result(task: str, method: str, seed: int, dev: dict, **config) -> dict:
     return {"kind": "finetune", "status": "complete", "task": task, "main_metric": next(iter(dev)),
             "config": {"task": task, "method": method, "seed": seed, **get_method(method).options().to_dict(),

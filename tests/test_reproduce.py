@@ -26,7 +26,7 @@ def fake_run(root: Path, task: str, method: str, seed: int, value: float, metric
     options = get_method(method).options().to_dict()  # a run of today writes its method's options
     config = {"task": task, "method": method, "seed": seed, "epochs": 2, **options, **config}
     (folder / "metrics.json").write_text(json.dumps(
-        {"status": "complete", "task": task, "config": config, "dev": {metric: value},
+        {"kind": "finetune", "status": "complete", "task": task, "config": config, "dev": {metric: value},
          "timing": {"train_seconds": 60}}))
 
 
@@ -264,7 +264,8 @@ def two_run_grid(tmp_path: Path, model: Path, glue: Path) -> Path:
 
 def completed_metrics(run) -> str:
     """The metrics.json of a run that completed at once."""
-    return json.dumps({"status": "complete", "task": "sst2", "config": run.config.to_dict(), "dev": {"accuracy": 0.8}})
+    return json.dumps({"kind": "finetune", "status": "complete", "task": "sst2", "config": run.config.to_dict(),
+                       "dev": {"accuracy": 0.8}})
 
 
 def test_the_archive_keeps_each_run_as_it_completes_even_when_the_sweep_is_killed(tmp_path, tiny_model_dir,

@@ -15,8 +15,6 @@ import yaml
 
 from course_lib.lab import collect
 from course_lib.lab import sweep, sweep_cli
-from course_lib.lab.archive import archived_difference
-from course_lib.lab.notebooks import NotebookRun
 from course_lib.methods.asa import ASAOptions
 from course_lib.runtime.cli import build_parser
 from course_lib.training.config import FinetuneConfig
@@ -271,31 +269,34 @@ def test_bad_options_are_one_line_and_exit_2(tmp_path, capsys, args, message):
 
 def test_a_changed_grid_refuses_old_run_folders_and_the_exit_code_is_2(tmp_path, capsys):
     out = tmp_path / "runs"
-    write_metrics(out / "seed=0", "sst2", {"dev": {"accuracy": 0.5}}, seed=0, epochs=1)
+    saved = FinetuneConfig(seed=0, epochs=1).to_dict()  # the whole config, as a run saves it
+    write_metrics(out / "seed=0", saved.pop("task"), {"dev": {"accuracy": 0.5}}, **saved)
     grid = write_grid(tmp_path / "grid.yaml", {"seed": [0]}, epochs=2)
     result = subprocess.run([sys.executable, "-m", "course_lib", "sweep", str(grid), "--output-dir", str(out)],
                             cwd=ROOT, env={**os.environ, **ENV}, capture_output=True, text=True)
     assert result.returncode == 2
     assert "seed=0 holds a run with epochs=1, but the grid gives epochs=2" in result.stderr
     assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
-    # Fields the old metrics.json lacks (added to FinetuneConfig since) count as their defaults.
-    write_grid(grid, {"seed": [0]}, epochs=1)
+    write_grid(grid, {"seed": [0]}, epochs=1)  # the same config: the run is complete
     assert sweep_cli.main([str(grid), "--output-dir", str(out), "--dry-run"]) == 0
     assert "complete  seed=0" in capsys.readouterr().out
-
-
-def test_a_field_a_notebook_runs_saved_config_lacks_counts_as_its_default():
-    notebook = NotebookRun.from_dict({"notebook": "00_bert_from_scratch"})
-    assert archived_difference({"notebook": "00_bert_from_scratch"}, notebook) is None
-    assert archived_difference({"notebook": "00_bert_from_scratch", "preset": "cpu"}, notebook) == "preset"
+    # A field the saved config lacks differs: an older version that did not save it may have done otherwise.
+    saved = json.loads((out / "seed=0" / "metrics.json").read_text())
+    del saved["config"]["max_len"]
+    (out / "seed=0" / "metrics.json").write_text(json.dumps(saved))
+    assert sweep_cli.main([str(grid), "--output-dir", str(out), "--dry-run"]) == 2
+    assert "seed=0 holds a run with no max_len (saved by an older version), but the grid gives max_len=128" in \
+        capsys.readouterr().err
 
 
 def write_metrics(folder: Path, task: str, dev: dict, status: str = "complete", **config) -> None:
-    """A metrics.json as course_lib.training.finetune writes it, with only the fields the collector reads."""
+    """A metrics.json as course_lib.training.finetune writes it, with only the fields the collector reads (the
+    whole config where a test passes it)."""
     folder.mkdir(parents=True)
     config = {"task": task, "method": "vanilla", "lr": 2e-5, "output_dir": str(folder), **config}
-    (folder / "metrics.json").write_text(json.dumps({"config": config, "task": task, "status": status,
-                                                     "history": [], **dev, "timing": {"train_seconds": 1.5}}))
+    (folder / "metrics.json").write_text(json.dumps({"kind": "finetune", "config": config, "task": task,
+                                                     "status": status, "history": [], **dev,
+                                                     "timing": {"train_seconds": 1.5}}))
 
 
 def test_collector_mean_and_sample_std_over_seeds(tmp_path, capsys):

@@ -28,7 +28,6 @@ import itertools
 from pathlib import Path
 from typing import NamedTuple
 
-from course_lib.lab.archive import keys_of_run
 from course_lib.lab.records import percent_scale
 from course_lib.lab.reuse import reuse_finished_run
 from course_lib.lab.sweep import check_method_options, run_name
@@ -100,6 +99,13 @@ def _check_fields(fields: dict, where: str) -> None:
                          f"seeds are its axes; output_dir its folder)")
 
 
+def _keys_of_run(config_cls: type, values: dict) -> set[str]:
+    """The flat keys a run of `config_cls` with these values has: its own fields and its chosen method's (and
+    task family's) options."""
+    nested = config_cls.nested(values)
+    return {f.name for klass in (config_cls, *nested.values()) for f in dataclasses.fields(klass)} - set(nested)
+
+
 def _grid_run(base: Validated, parent: Path, key: RunKey, fields: dict, task_overrides: dict,
               method_options: dict) -> GridRun:
     """One run: the base, the method options its method reads, the task's overrides, the variant's fields, then
@@ -109,7 +115,7 @@ def _grid_run(base: Validated, parent: Path, key: RunKey, fields: dict, task_ove
     name = run_name({**{k: v for k, v in axes.items() if k != "seed"}, **fields, "seed": key.seed})
     changes = {**task_overrides.get(key.task, {}), **fields, **axes, "output_dir": str(parent / name)}
     try:
-        reads = keys_of_run(type(base), {**base.to_dict(), **changes})  # an unknown method: refused here
+        reads = _keys_of_run(type(base), {**base.to_dict(), **changes})  # an unknown method: refused here
         values = {**base.to_dict(), **{k: v for k, v in method_options.items() if k in reads}, **changes}
         return GridRun(key, name, type(base).from_dict(values, others="drop"))
     except UsageError as err:

@@ -4,7 +4,7 @@ Every training job writes its `kind` into metrics.json: `finetune` (one task of 
 encoder, a head per task) and `pretrain` (masked-language-model pre-training, with or without AG). A kind
 says how its file becomes table rows (one per task head; multitask adds the overall score), which method a run
 stands for, the baseline it is tested against, and which of its config fields belong to the method (left out
-when two runs are paired). A file written before `kind` existed is recognised by its fields.
+when two runs are paired): the kind's own method fields and the options of every method in its registry.
 """
 from __future__ import annotations
 
@@ -14,15 +14,14 @@ import json
 import math
 from typing import Callable
 
-from course_lib.lab.archive import old_defaults
 from course_lib.lab.glue_score import GLUE_SCORE, glue_score
+from course_lib.methods.pretraining import PRETRAIN_METHODS
 from course_lib.methods.registry import every_method
 from course_lib.runtime.errors import UsageError
 from course_lib.tasks.metrics import is_score
 from course_lib.tasks.registry import find_task, get_family
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
 
-METHOD_PREFIXES = ("ssa_", "asa_", "sparsegen_", "bernoulli_", "ag_")  # a method's own settings
 LOWER_IS_BETTER = ("loss", "perplexity")  # metric names containing these improve downwards
 READ_ON = {  # options a run reads only on some tasks (a table leaves them out of the others' labels): ASA's
     # divergence of a tagger's outputs, and of a regressor's (one score per sentence)
@@ -61,33 +60,33 @@ def _defaults(config_class) -> dict:
     return values
 
 
-def _option_names() -> tuple[str, ...]:
-    """The flat keys that belong to a method's options class (not a task family's: those describe the data)."""
-    return tuple(dict.fromkeys(f.name for m in every_method().values() for f in dataclasses.fields(m.options)))
+def _option_names(methods: dict) -> tuple[str, ...]:
+    """The flat keys of the methods' options classes (`methods`: a registry's entries by name), not a task
+    family's: those describe the data."""
+    return tuple(dict.fromkeys(f.name for m in methods.values() for f in dataclasses.fields(m.options)))
 
 
 @dataclasses.dataclass(frozen=True)
 class RunKind:
     name: str
     title: str  # the heading of its section in the results table
-    defaults: dict  # its config's defaults: a field added later ran with its default
+    defaults: dict  # each field's and option's declared default: a label names the options off it
     baseline: str  # the method every other one of this kind is tested against
-    method_fields: tuple[str, ...]  # config fields that belong to the method, beside METHOD_PREFIXES
+    method_fields: tuple[str, ...]  # config fields that choose the method, beside its options
     method: Callable[[dict], str]  # config -> the method a run stands for
     tasks: Callable[[dict], list[dict]]  # metrics.json -> [{"task", "metrics", "main_metric"}]
-    looks_like: Callable[[dict], bool]  # recognises a metrics.json written before `kind` existed
     option_fields: tuple[str, ...] = ()  # the methods' own options (their registry entries' options classes)
-    config_class: type | None = None  # its config: which options its method reads, what an older file meant
+    config_class: type | None = None  # its config: which options its method reads
     by_family: bool = False  # its results table is one per task family (their metrics and settings differ)
 
     def is_method_field(self, name: str) -> bool:
-        return name in self.method_fields or name in self.option_fields or name.startswith(METHOD_PREFIXES)
+        return name in self.method_fields or name in self.option_fields
 
     def config_of(self, saved: dict) -> dict:
-        """A saved run's config with every key. A key it lacks is what the run did then (`archive.SAVED_BEFORE`),
-        else today's default: a run saved before `asa_cut_row` existed counts as clean."""
-        old = old_defaults(self.config_class, saved) if self.config_class else {}
-        return {**self.defaults, **saved, **old}
+        """A saved run's config, as its metrics.json holds it: every key the run read (its fields, its method's
+        and its task family's options) and no other. Files of an older shape are not read here: the results
+        archive was migrated once to this one."""
+        return dict(saved)
 
     def label_options(self, config: dict, task: str) -> dict:
         """The method's own options a row's label names: those off today's defaults that a run on `task` reads;
@@ -133,12 +132,9 @@ def register_kind(kind: RunKind) -> RunKind:
 
 
 def kind_of(result: dict) -> RunKind | None:
-    """The kind a metrics.json says, else the first whose fields it has; None for a foreign file."""
-    if result.get("kind") in KINDS:
-        return KINDS[result["kind"]]
-    if "kind" in result:
-        return None
-    return next((kind for kind in KINDS.values() if kind.looks_like(result)), None)
+    """The kind a metrics.json says (its `kind`); None for a file that names no kind of ours."""
+    kind = result.get("kind")
+    return KINDS.get(kind) if isinstance(kind, str) else None
 
 
 def split_metrics(splits: dict) -> dict[str, float]:
@@ -197,15 +193,13 @@ def _pretrain_tasks(result: dict) -> list[dict]:
 register_kind(RunKind(
     "finetune", "Fine-tuning", _defaults(FinetuneConfig), "vanilla", ("method",),
     method=lambda config: config.get("method", "vanilla"), tasks=_finetune_tasks,
-    option_fields=_option_names(), config_class=FinetuneConfig, by_family=True,
-    looks_like=lambda result: isinstance(result.get("config"), dict) and "task" in result))
+    option_fields=_option_names(every_method()), config_class=FinetuneConfig, by_family=True))
 register_kind(RunKind(
     "multitask", "Multitask (one encoder, a head per task)", _defaults(MultitaskConfig), "vanilla",
     ("ssa", "ssa_method"),
     method=lambda config: "vanilla" if config.get("ssa", "none") == "none" else config.get("ssa_method", "ssa-co"),
-    tasks=_multitask_tasks, config_class=MultitaskConfig,
-    looks_like=lambda result: isinstance(result.get("config"), dict) and "tasks" in result))
+    tasks=_multitask_tasks, option_fields=_option_names(every_method()), config_class=MultitaskConfig))
 register_kind(RunKind(
     "pretrain", "MLM pre-training (held-out blocks)", _defaults(PretrainConfig), "mlm", ("method",),
-    method=lambda config: config.get("method", "mlm"), tasks=_pretrain_tasks, config_class=PretrainConfig,
-    looks_like=lambda result: isinstance(result.get("config"), dict) and "eval_curve" in result))
+    method=lambda config: config.get("method", "mlm"), tasks=_pretrain_tasks,
+    option_fields=_option_names(PRETRAIN_METHODS.every()), config_class=PretrainConfig))

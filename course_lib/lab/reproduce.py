@@ -93,12 +93,11 @@ def paper_delta(method: str, task: str, metric: str) -> tuple[float, str, str] |
 
 def _dev_examples(config: dict) -> list:
     """The first dev split the run with this metrics.json config scored, read as it read it."""
-    from course_lib.lab.archive import read_config
     from course_lib.tasks.registry import get_family, run_task
     from course_lib.training.config import FinetuneConfig
     from course_lib.training.finetune import split_examples
 
-    cfg = read_config(FinetuneConfig, config)
+    cfg = FinetuneConfig.from_dict(config)
     task = run_task(cfg)
     return split_examples(cfg, task, get_family(task.family), task.dev_splits[0])
 

@@ -52,7 +52,6 @@ from pathlib import Path
 
 import yaml
 
-from course_lib.lab.archive import archived_difference
 from course_lib.lab.collect import write_results
 from course_lib.lab.notebooks import NotebookRun, every_notebook
 from course_lib.lab.slurm import ForwardedStop, task_job_id
@@ -60,7 +59,7 @@ from course_lib.model.weights import check_model
 from course_lib.runtime.errors import PREEMPTED, UsageError, yaml_float_hint
 from course_lib.runtime.repro import (METRICS, atomic_write, check_writable_dir, lock_exclusive, progress,
                                       read_json, remove_stale_temporaries, write_json)
-from course_lib.runtime.validated import Validated
+from course_lib.runtime.validated import Validated, first_difference
 from course_lib.tasks.metrics import shown
 from course_lib.tasks.registry import get_family
 from course_lib.training.config import FinetuneConfig
@@ -324,17 +323,22 @@ def run_status(run: Run) -> str:
     return "failed" if read_json(run.folder / RUN).get("status") == "failed" else "todo"
 
 
+def _saved_setting(saved: dict, k: str) -> str:
+    """How a refusal names what the saved run had for field k: its value, or that an older version saved none."""
+    return f"{k}={saved[k]!r}" if k in saved else f"no {k} (saved by an older version)"
+
+
 def check_same_config(run: Run) -> None:
     """Refuse a folder that holds another configuration's run (the grid file's base changed, say).
 
-    A field the saved config lacks was added after that run: it matches what runs did then
-    (`archive.archived_difference`).
+    The comparison is strict (`first_difference`): a field the saved config lacks differs, since every file the
+    sweep and the runs write holds the whole config (and the results archive was migrated to hold it too).
     """
     for name in (METRICS, RUN):
         saved = read_json(run.folder / name).get("config")
-        k = archived_difference(saved, run.config) if saved else None
+        k = first_difference(saved, run.config) if saved else None
         if k is not None:
-            raise UsageError(f"{run.folder} holds a run with {k}={saved.get(k)!r}, but the grid gives "
+            raise UsageError(f"{run.folder} holds a run with {_saved_setting(saved, k)}, but the grid gives "
                              f"{k}={run.config.to_dict()[k]!r}; use another --output-dir or delete that folder")
 
 
@@ -496,7 +500,7 @@ def _list_runs(grid_file: str | Path, output_dir: Path, mine: list[Run], status:
 def archive_run(run: Run, archive: str | Path | None) -> None:
     """Copy a complete run's metrics.json, only that file, to archive/<run folder name>/metrics.json (atomically;
     a copy already equal to it is left alone). Nothing without an archive. `sweep(..., archive=DIR)` calls it as
-    each run completes (`bench reproduce --archive DIR`), so an archive that is kept (committed) outlives the run
+    each run completes (`python -m benchmarks reproduce --archive DIR`), so an archive that is kept (committed) outlives the run
     folders and a killed sweep's archive holds every run that finished."""
     if archive is None:
         return
@@ -510,14 +514,15 @@ def restore_from_archive(run: Run, archive: str | Path | None) -> bool:
     """Copy the archive's metrics.json of a run back into its folder when the folder lacks a complete one, so
     a grid run in pieces goes on in a fresh clone (whose run folders are gone) without training again what the
     committed archive already holds. An archived copy of another configuration is refused, as a folder's is
-    (`check_same_config`). Return whether the run was restored."""
+    (`check_same_config`); a file that holds no config (a notebook's names its parameters) is not compared.
+    Return whether the run was restored."""
     if archive is None or run_status(run) == "complete":
         return False
     source = Path(archive) / run.folder.name / METRICS
     saved = read_json(source)  # {} when the archive lacks the run
-    k = archived_difference(saved.get("config") or {}, run.config) if saved else None
+    k = first_difference(saved["config"], run.config) if saved.get("config") else None
     if k is not None:
-        raise UsageError(f"{source} holds a run with {k}={saved['config'].get(k)!r}, but the grid gives "
+        raise UsageError(f"{source} holds a run with {_saved_setting(saved['config'], k)}, but the grid gives "
                          f"{k}={run.config.to_dict()[k]!r}; move that archive aside or use another --archive")
     if saved.get("status") != "complete":
         return False

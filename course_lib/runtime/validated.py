@@ -156,9 +156,9 @@ class NoOptions(Validated):
 def first_difference(saved: dict, config) -> str | None:
     """The first field (by name) where a saved run's config differs from `config` (a Validated config or any
     with `to_dict`), else None; output_dir and fields that do not change what the run computes (their metadata
-    says `same_run: False`, as `export`) aside. A field the saved config lacks differs: it was saved by
-    an older version, which may have done something else there (the lab reads its archive of such runs with
-    what they did, `course_lib.lab.archive`)."""
+    says `same_run: False`, as `export`) aside. A field the saved config lacks differs: every run saves its
+    whole config (the results archive was migrated to hold whole configs too), so a file without the field was
+    saved by an older version, which may have done something else there."""
     mine = config.to_dict()
     fields = getattr(config, "__dataclass_fields__", {})
     aside = {"output_dir", *(name for name, f in fields.items() if not f.metadata.get("same_run", True))}
