@@ -1,15 +1,17 @@
 """keep_freed_memory: asked for, training steps reuse the pages earlier steps freed instead of faulting fresh ones
 in; by default only for small attention maps, since a heap that keeps large blocks fragments into a peak far above
-glibc's (`bench memory`, results/memory.md: how far depends on where small blocks land, so it is measured there,
+glibc's (`python -m benchmarks memory`, results/memory.md: how far depends on where small blocks land, so it is measured there,
 not asserted here)."""
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from course_lib.runtime.fast.allocator import SETTING
 
+ROOT = Path(__file__).resolve().parents[1]
 glibc_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's; others untouched")
 
 STEPS = """
@@ -77,7 +79,7 @@ def test_by_default_malloc_keeps_freed_memory_only_for_small_attention_maps(batc
 
 
 def test_an_unknown_setting_is_a_one_line_error():
-    out = subprocess.run([sys.executable, "-m", "course_lib", "bench", "sparsemax", "--repeats", "1"],
+    out = subprocess.run([sys.executable, "-m", "benchmarks", "sparsemax", "--repeats", "1"], cwd=ROOT,
                          env={**os.environ, SETTING: "yes"}, capture_output=True, text=True)
     assert out.returncode == 2, out.stderr
     assert f"unknown {SETTING} 'yes' (valid: 0, 1, auto)" in out.stderr.strip().splitlines()[-1]

@@ -1,5 +1,5 @@
 """The benchmarks' plumbing at tiny sizes: structure and finite ratios. Speed targets are checked by the
-benchmarks' printed ratios (`python -m course_lib bench methods|sparsemax`), never by timed tests."""
+benchmarks' printed ratios (`python -m benchmarks methods|sparsemax`), never by timed tests."""
 import json
 import math
 
@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.lab.bench import suite as bench
-from course_lib.lab.bench import timing
-from course_lib.lab.bench.head_speed import format_head_speed, span_speed, tagging_speed
-from course_lib.runtime import cli
+from benchmarks import suite as bench
+from course_lib.notebook import timing
+from benchmarks.head_speed import format_head_speed, span_speed, tagging_speed
+from benchmarks.__main__ import main as bench_main
 from course_lib.training.config import PretrainConfig
 
 TINY_PRETRAIN = PretrainConfig(method="ag", num_hidden_layers=1, hidden_size=32, num_attention_heads=8,
@@ -101,7 +101,7 @@ def test_sparsemax_benchmark_structure(monkeypatch):
 
 def test_cli_bench_methods_json(tiny_model_dir, monkeypatch, capsys, no_shipped_data):
     monkeypatch.delenv("GLUE_DIR", raising=False)
-    assert cli.main(["bench", "methods", "--json", "--model", str(tiny_model_dir), "--batch-size", "4",
+    assert bench_main(["methods", "--json", "--model", str(tiny_model_dir), "--batch-size", "4",
                      "--seq-lens", "16", "--repeats", "1", "--epoch-examples", "8"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["seq_len"] == 16 and len(result["methods"]) == len(bench.FINETUNE_METHODS) + 2

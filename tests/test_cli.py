@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from course_lib.lab import notebooks
-from course_lib.lab.bench import command as bench_command
+import benchmarks.__main__ as bench_command
 from course_lib.model.config import BertConfig, check_mixed_precision
 from course_lib.model.weights import check_fits_model
 from course_lib.readers.model_folder import default_model_dir
@@ -122,12 +122,16 @@ def test_save_every_minus_one_on_the_command_line(capsys):
 # --help
 
 
-def help_text(argv, capsys, monkeypatch) -> str:
+def help_text(argv, capsys, monkeypatch, main=cli.main) -> str:
     monkeypatch.setenv("COLUMNS", "1000")  # no wrapping inside a description
     with pytest.raises(SystemExit) as done:
-        cli.main(argv)
+        main(argv)
     assert done.value.code == 0
     return capsys.readouterr().out
+
+
+def bench_help(argv, capsys, monkeypatch) -> str:
+    return help_text(argv, capsys, monkeypatch, main=bench_command.main)
 
 
 def option_help(text: str) -> dict[str, str]:
@@ -180,7 +184,7 @@ def test_help_lists_the_valid_names(capsys, monkeypatch):
 
 def test_top_level_help_lists_every_command(capsys, monkeypatch):
     text = help_text(["--help"], capsys, monkeypatch)
-    for command in ("finetune", "pretrain", "multitask", "bench", *cli.COMMANDS):
+    for command in ("finetune", "pretrain", "multitask", *cli.COMMANDS):
         assert re.search(rf"^\s+{command}\s+\S", text, re.M), command
 
 
@@ -245,16 +249,16 @@ def test_a_checkpoint_with_another_activation_is_refused_in_one_line(tiny_model_
 
 
 def test_each_bench_takes_only_its_own_options(capsys):
-    assert cli.main(["bench", "squad", "--seq-lens", "64"]) == 2
+    assert bench_command.main(["squad", "--seq-lens", "64"]) == 2
     err = one_line(capsys)
     assert "unknown option '--seq-lens' for bench squad (valid: --epochs, --json, --model, --output-dir" in err
-    assert cli.main(["bench", "memory", "--grid", "x.yaml"]) == 2
+    assert bench_command.main(["memory", "--grid", "x.yaml"]) == 2
     assert "unknown option '--grid' for bench memory (valid: --json, --model, --repeats)" in one_line(capsys)
 
 
 @pytest.mark.parametrize("what", sorted(bench_command.BENCHES))
 def test_each_bench_lists_its_options_in_its_help(what, capsys, monkeypatch):
-    text = help_text(["bench", what, "--help"], capsys, monkeypatch)
+    text = bench_help([what, "--help"], capsys, monkeypatch)
     flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", text.split("\noptions:", 1)[1])) - {"--help"}
     declared = set(bench_command.BENCHES[what][2])
     assert declared <= flags and {f for f in flags if not f.startswith("--no-")} <= declared

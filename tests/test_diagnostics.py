@@ -5,8 +5,8 @@ import random
 import pytest
 from transformers import BertTokenizerFast
 
-from course_lib.lab.bench import diagnostics as d
-from course_lib.runtime.cli import main
+from benchmarks import diagnostics as d
+from benchmarks.__main__ import main
 from course_lib.tasks.sentence import Example, encode_examples as encode
 
 
@@ -86,7 +86,7 @@ def test_paired_test_and_table_structure():
 
 
 def test_tiny_end_to_end_run_through_the_cli(tiny_model_dir, tmp_path, capsys):
-    argv = ["bench", "diagnostics", "--quick", "--model", str(tiny_model_dir), "--methods", "vanilla,ssa-hybrid",
+    argv = ["diagnostics", "--quick", "--model", str(tiny_model_dir), "--methods", "vanilla,ssa-hybrid",
             "--seeds", "0,1", "--output-dir", str(tmp_path)]
     assert main(argv + ["--json"]) == 0
     results = json.loads(capsys.readouterr().out)  # finetune's own lines go to stderr
@@ -100,5 +100,5 @@ def test_tiny_end_to_end_run_through_the_cli(tiny_model_dir, tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert "| method | clean | anti | reliance | Δreliance vs vanilla | p |" in lines
     assert any(line.startswith("| ssa-hybrid | ") and line.count("|") == 8 for line in lines)
-    assert main(["bench", "diagnostics", "--methods", "nope"]) == 2
+    assert main(["diagnostics", "--methods", "nope"]) == 2
     assert "valid:" in capsys.readouterr().err

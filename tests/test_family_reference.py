@@ -1,11 +1,11 @@
-"""`bench reference`'s pieces: transformers' tagging and multiple-choice models enter a run with our head's initial
+"""`python -m benchmarks reference`'s pieces: transformers' tagging and multiple-choice models enter a run with our head's initial
 weights, so both runs start from the same function; and the binomial test against chance."""
 import json
 
 import pytest
 import torch
 
-from course_lib.lab.bench.family_reference import HFTaskModel, above_chance, build_reference
+from benchmarks.family_reference import HFTaskModel, above_chance, build_reference
 from course_lib.model.weights import load_pretrained
 from course_lib.tasks.registry import get_family, run_task
 from course_lib.training.config import FinetuneConfig

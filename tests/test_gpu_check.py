@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib.lab.bench import gpu_check
+from benchmarks import gpu_check
 from course_lib.notebook.params import check_parameters, notebook_names
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,7 +1,7 @@
 """bench memory: each run in its own process under the setting it names, ours and transformers' side by side."""
 import pytest
 
-from course_lib.lab.bench import memory
+from benchmarks import memory
 
 
 @pytest.fixture(scope="module")

@@ -168,7 +168,7 @@ def test_holm_adjusted_p_values_match_the_step_down_rule_by_hand():
 
 
 # ----------------------------------------------------------------------------------------------
-# What a paired t-test over n seeds can detect (bench reproduce)
+# What a paired t-test over n seeds can detect (benchmarks reproduce)
 
 
 def test_detectable_difference_has_the_power_asked_for():

@@ -68,7 +68,7 @@ def test_a_child_process_inherits_the_setting():
 
 @pytest.mark.slow
 def test_the_contention_bench_runs_each_setting_in_a_process_that_has_it():
-    from course_lib.lab.bench import contention
+    from benchmarks import contention
 
     settings = ("libgomp default (spin 300k)", "passive wait", "one thread")  # spinning, sleeping, one thread:
     #   the three behaviours the assertions read (the other settings are environments of the same mechanism)
@@ -89,8 +89,8 @@ def test_the_contention_bench_runs_each_setting_in_a_process_that_has_it():
     (["--rounds", "0"], "--rounds 0: must be at least 1"),
 ])
 def test_bad_contention_arguments_are_one_line_errors_before_anything_runs(argv, message, capsys):
-    from course_lib.runtime import cli
+    from benchmarks.__main__ import main as bench
 
-    assert cli.main(["bench", "contention", *argv]) == 2
+    assert bench(["contention", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1

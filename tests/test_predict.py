@@ -113,7 +113,7 @@ def test_predicting_a_multiple_choice_runs_questions_without_labels_gives_its_ow
 
 
 def test_the_speed_bench_times_both_on_the_same_sentences_and_they_agree(sst2_run, keyword_glue, tmp_path):
-    from course_lib.lab.bench.predict_speed import measure
+    from benchmarks.predict_speed import measure
 
     sentences = [line.split("\t")[0] for line in (keyword_glue / "SST-2" / "dev.tsv").read_text().splitlines()[1:]]
     result = measure(sst2_run, sentences, batch_size=8, repeats=1, work=tmp_path)

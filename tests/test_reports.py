@@ -1,4 +1,4 @@
-"""Every report that `bench reproduce` writes from the results archive is rebuilt here from `results/runs/` alone
+"""Every report that `python -m benchmarks reproduce` writes from the results archive is rebuilt here from `results/runs/` alone
 (each run's metrics.json; nothing is trained) into a temporary folder and must equal the committed file byte for
 byte. Where it does not, the test names the first line that differs, the committed line and the rebuilt one.
 
@@ -10,7 +10,7 @@ rebuild takes that one cell from the committed report, and the test warns that i
 
 Which reports: `REPORTS`, every results/*.md whose header names `--from-archive`, with the options of its command
 (None: the command's default). `test_every_report_the_command_writes_is_rebuilt` keeps the table complete: each
-results/*.md whose first lines name `bench reproduce` is either in it or in `EXCLUDED`, and each archive folder in
+results/*.md whose first lines name `python -m benchmarks reproduce` is either in it or in `EXCLUDED`, and each archive folder in
 results/runs/ feeds a rebuilt report or is named there too. Excluded, because `--from-archive` does not write them:
 
 - `cpu_reproduction_400.md`: the first, superseded reproduction (2026-11-22), written before the archive existed:
@@ -21,7 +21,7 @@ results/runs/ feeds a rebuilt report or is named there too. Excluded, because `-
 - `cpu_reproduction_summary.md`, `cpu_reproduction_families_summary.md`, `cpu_reproduction_400_summary.md` and
   `README.md`: prose written by hand about the reports above.
 
-Results made by other commands (timings, memory, `bench reference`, ...) name no `bench reproduce` and are out of
+Results made by other commands (timings, memory, `python -m benchmarks reference`, ...) name no `python -m benchmarks reproduce` and are out of
 scope. It reads metrics.json files and, for the chance levels, dev sets: about 3 s for all eleven on 2 cores
 (0.5 s for each of the two largest), after the imports.
 """
@@ -137,9 +137,9 @@ def test_a_committed_report_is_what_its_archive_rebuilds(name, tmp_path, monkeyp
 
 def test_every_report_the_command_writes_is_rebuilt():
     named = {path.name for path in RESULTS.glob("*.md")
-             if re.search(r"bench reproduce|--from-archive",
+             if re.search(r"benchmarks reproduce|--from-archive",
                           "\n".join(path.read_text(encoding="utf-8").splitlines()[:HEADER_LINES]))}
-    assert named - set(REPORTS) - set(EXCLUDED) == set(), "a report names `bench reproduce`: rebuild or exclude it"
+    assert named - set(REPORTS) - set(EXCLUDED) == set(), "a report names `python -m benchmarks reproduce`: rebuild or exclude it"
     assert set(REPORTS) | set(EXCLUDED) <= {path.name for path in RESULTS.glob("*.md")}
     from_archive = {path.name for path in RESULTS.glob("*.md")
                     if "--from-archive" in "\n".join(path.read_text(encoding="utf-8").splitlines()[:5])}

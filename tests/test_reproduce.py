@@ -1,4 +1,4 @@
-"""bench reproduce: the grid runs through the sweep, and the report's tests and verdicts are the data's."""
+"""benchmarks reproduce: the grid runs through the sweep, and the report's tests and verdicts are the data's."""
 import json
 import math
 import os
@@ -11,6 +11,7 @@ import yaml
 from scipy import stats
 
 from course_lib.lab import collect, reproduce, sweep
+from benchmarks.__main__ import main as bench
 from course_lib.methods.registry import get_method
 from course_lib.runtime import cli
 from course_lib.runtime.errors import UsageError
@@ -57,7 +58,7 @@ def fake_report_runs(root: Path, glue: Path) -> dict[str, dict[str, list[float]]
 def test_report_pairs_seeds_and_says_where_the_papers_gain_does_not_show(tmp_path, keyword_glue):
     values = fake_report_runs(tmp_path, keyword_glue)
     base, hybrid, asa = (values["sst2"][m] for m in ("vanilla", "ssa-hybrid", "asa"))
-    text = reproduce.report(tmp_path, "python -m course_lib bench reproduce", "grid.yaml")
+    text = reproduce.report(tmp_path, "python -m benchmarks reproduce", "grid.yaml")
     rows = table(text, "sst2")
     p_hybrid = stats.ttest_rel(hybrid, base).pvalue
     assert rows["ssa-hybrid"][3] == f"{sum(hybrid) / 3 - sum(base) / 3:+.4f}"
@@ -80,7 +81,7 @@ def test_report_pairs_seeds_and_says_where_the_papers_gain_does_not_show(tmp_pat
 
 def test_report_holm_corrects_across_the_learnt_tasks_and_verdicts_read_it(tmp_path, keyword_glue):
     values = fake_report_runs(tmp_path, keyword_glue)
-    text = reproduce.report(tmp_path, "python -m course_lib bench reproduce", "grid.yaml")
+    text = reproduce.report(tmp_path, "python -m benchmarks reproduce", "grid.yaml")
     family = {(task, method): stats.ttest_rel(values[task][method], values[task]["vanilla"]).pvalue
               for task in ("sst2", "stsb") for method in values[task] if method != "vanilla"}  # cola is at chance
     ranked = sorted(family, key=family.get)  # Holm by hand: (m - k) p_(k), kept non-decreasing, capped at 1
@@ -107,7 +108,7 @@ def test_report_holm_corrects_across_the_learnt_tasks_and_verdicts_read_it(tmp_p
 
 def test_report_states_what_the_seeds_can_detect(tmp_path, keyword_glue):
     values = fake_report_runs(tmp_path, keyword_glue)
-    text = reproduce.report(tmp_path, "python -m course_lib bench reproduce", "grid.yaml")
+    text = reproduce.report(tmp_path, "python -m benchmarks reproduce", "grid.yaml")
     for task in ("sst2", "stsb"):
         gaps = [np.subtract(values[task][m], values[task]["vanilla"]) for m in values[task] if m != "vanilla"]
         sd = math.sqrt(np.mean([np.var(g, ddof=1) for g in gaps]))  # pooled: the root mean of the variances
@@ -136,7 +137,7 @@ def test_a_method_with_fewer_seeds_gets_its_own_detectable_difference_and_not_th
     for method, by_seed in more.items():
         for seed, value in enumerate(by_seed, start=3):
             fake_run(tmp_path, "stsb", method, seed, value, "pearson")
-    text = reproduce.report(tmp_path, "python -m course_lib bench reproduce", "grid.yaml")
+    text = reproduce.report(tmp_path, "python -m benchmarks reproduce", "grid.yaml")
     base = values["stsb"]["vanilla"] + more["vanilla"]
     gaps = {"ssa-hybrid": np.subtract(values["stsb"]["ssa-hybrid"] + more["ssa-hybrid"], base),
             "mean-pool": np.subtract(values["stsb"]["mean-pool"], base[:3])}
@@ -164,7 +165,7 @@ def test_a_claim_on_another_metric_is_shown_with_it_and_tested_on_it(tmp_path, k
             record = json.loads(path.read_text())
             record["dev"]["spearmanr"] = value
             path.write_text(json.dumps(record))
-    text = reproduce.report(tmp_path, "python -m course_lib bench reproduce", "grid.yaml")
+    text = reproduce.report(tmp_path, "python -m benchmarks reproduce", "grid.yaml")
     assert reproduce.paper_delta("asa", "stsb", "dev pearson") == (pytest.approx(1.8), "Wu et al. 2023, Tab. 1",
                                                                    "spearmanr")  # 86.5 - 84.7
     assert reproduce.paper_delta("ssa-hybrid", "stsb", "dev pearson")[2] == "pearson"  # Kou et al.: Pearson
@@ -183,7 +184,7 @@ def test_report_opens_with_one_row_per_task_including_the_grids_tasks_not_run_ye
     grid.write_text(yaml.safe_dump({"command": "finetune", "base": {"epochs": 2},
                                     "grid": {"task": ["sst2", "stsb", "cola", "rte"], "seed": [0, 1, 2, 3, 4],
                                              "method": ["vanilla", "ssa-hybrid", "asa", "mean-pool"]}}))
-    text = reproduce.report(tmp_path / "runs", "python -m course_lib bench reproduce", grid)
+    text = reproduce.report(tmp_path / "runs", "python -m benchmarks reproduce", grid)
     sst2 = [r for r in collect.collect(tmp_path / "runs") if r["task"] == "sst2" and r["method"] == "vanilla"]
     glance = text.split("## At a glance")[1].split("\n## ")[0]
     rows = {cells[0].split()[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")]
@@ -232,14 +233,14 @@ def test_bench_reproduce_runs_the_grid_resumes_and_writes_the_report(tmp_path, t
         "max_train_samples": 32, "max_eval_samples": 32},
         "grid": {"method": ["vanilla", "bert-mask"], "seed": [0, 1]}}))
     report, runs = tmp_path / "results" / "repro.md", tmp_path / "runs"
-    argv = ["bench", "reproduce", "--grid", str(grid), "--output-dir", str(runs), "--report", str(report)]
-    assert cli.main(argv) == 0
+    argv = ["reproduce", "--grid", str(grid), "--output-dir", str(runs), "--report", str(report)]
+    assert bench(argv) == 0
     text = report.read_text()
     assert text.startswith("# CPU reproduction") and f"--report {report}" in text and "4 complete runs" in text
     assert "| bert-mask | 2 |" in text and "| vanilla | 2 |" in text
     stamps = {p: p.stat().st_mtime_ns for p in runs.rglob("metrics.json")}
     assert len(stamps) == 4
-    assert cli.main(argv) == 0  # a rerun redoes nothing and writes the same report
+    assert bench(argv) == 0  # a rerun redoes nothing and writes the same report
     assert {p: p.stat().st_mtime_ns for p in runs.rglob("metrics.json")} == stamps
     assert report.read_text() == text
     # the archive, runs/<grid name> beside the report: each run's metrics.json as it is, and nothing else
@@ -247,11 +248,11 @@ def test_bench_reproduce_runs_the_grid_resumes_and_writes_the_report(tmp_path, t
     assert sorted(p.relative_to(archive) for p in archive.rglob("*") if p.is_file()) == \
         sorted(p.relative_to(runs) for p in stamps)
     assert all((archive / p.relative_to(runs)).read_bytes() == p.read_bytes() for p in stamps)
-    rebuild = ["bench", "reproduce", "--from-archive", "--grid", str(grid), "--report", str(report)]
-    assert f"running nothing: `python -m course_lib {' '.join(rebuild)}`" in text
+    rebuild = ["reproduce", "--from-archive", "--grid", str(grid), "--report", str(report)]
+    assert f"running nothing: `python -m benchmarks {' '.join(rebuild)}`" in text
     shutil.rmtree(runs)  # the archive alone gives the same report, and nothing runs
     report.unlink()
-    assert cli.main(rebuild) == 0 and report.read_text() == text and not runs.exists()
+    assert bench(rebuild) == 0 and report.read_text() == text and not runs.exists()
 
 
 def two_run_grid(tmp_path: Path, model: Path, glue: Path) -> Path:
@@ -298,13 +299,13 @@ def test_the_archive_keeps_each_run_as_it_completes_even_when_the_sweep_is_kille
 
 def test_bench_reproduce_from_the_archive_needs_one_and_runs_nothing(tmp_path):
     report = tmp_path / "results" / "repro.md"
-    assert cli.main(["bench", "reproduce", "--from-archive", "--report", str(report)]) == 2  # no archive there
-    assert cli.main(["bench", "reproduce", "--from-archive", "--shard", "0/2", "--report", str(report)]) == 2
+    assert bench(["reproduce", "--from-archive", "--report", str(report)]) == 2  # no archive there
+    assert bench(["reproduce", "--from-archive", "--shard", "0/2", "--report", str(report)]) == 2
     assert not report.exists()
 
 
 def test_bench_reproduce_rejects_a_bad_shard_before_running(tmp_path, capsys):
-    assert cli.main(["bench", "reproduce", "--shard", "3/2", "--output-dir", str(tmp_path)]) == 2
+    assert bench(["reproduce", "--shard", "3/2", "--output-dir", str(tmp_path)]) == 2
     assert "shard" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
 
@@ -322,7 +323,7 @@ def test_report_judges_squad_on_f1_in_points_and_finds_the_papers_row(tmp_path):
     for method, by_seed in values.items():
         for seed, value in enumerate(by_seed):
             fake_run(tmp_path, "squad_articles", method, seed, value, "f1")
-    text = reproduce.report(tmp_path, "python -m course_lib bench reproduce", "grid.yaml")
+    text = reproduce.report(tmp_path, "python -m benchmarks reproduce", "grid.yaml")
     detectable = metrics.detectable_difference(float(np.std(np.subtract(values["ssaf"], values["vanilla"]), ddof=1)),
                                                3)
     row = table(text, "squad_articles")["ssaf"]
@@ -394,7 +395,7 @@ def test_a_method_run_with_its_own_option_off_the_default_is_paired_and_named_in
         own = {"asa_tau": 0.5} if "0.5" in label else {}
         for seed, value in enumerate(by_seed):
             fake_run(tmp_path / label, "sst2", label.split()[0], seed, value, glue_dir=str(keyword_glue), **own)
-    text = reproduce.report(tmp_path, "python -m course_lib bench reproduce", "grid.yaml")
+    text = reproduce.report(tmp_path, "python -m benchmarks reproduce", "grid.yaml")
     rows = table(text, "sst2")
     assert sorted(rows) == sorted(values)  # each setting its own row, each against vanilla over the same seeds
     for label in ("asa", "asa (asa_tau=0.5)"):
@@ -408,6 +409,6 @@ def test_a_chance_level_that_cannot_be_read_is_said_to_be_unknown_not_left_blank
     for method in ("vanilla", "asa"):
         for seed in range(2):
             fake_run(tmp_path, "sst2", method, seed, 0.8 + 0.01 * seed, glue_dir=str(tmp_path / "no-glue-here"))
-    text = reproduce.report(tmp_path, "python -m course_lib bench reproduce", "grid.yaml")
+    text = reproduce.report(tmp_path, "python -m benchmarks reproduce", "grid.yaml")
     glance = [line for line in text.splitlines() if line.startswith("| sst2 (accuracy)")]
     assert glance[0].split(" | ")[2] == "unknown (dev data not found here)"

@@ -10,7 +10,7 @@ import pytest
 import torch
 import transformers
 
-from course_lib.lab.bench import squad_reference
+from benchmarks import squad_reference
 from course_lib.methods.registry import METHODS
 from course_lib.model.heads import SpanHead
 from course_lib.model.weights import load_pretrained

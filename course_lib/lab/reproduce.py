@@ -1,4 +1,4 @@
-"""`python -m course_lib bench reproduce`: every method against vanilla on real tasks, on a CPU budget.
+"""`python -m benchmarks reproduce`: every method against vanilla on real tasks, on a CPU budget.
 
 The grid (`ci/grids/cpu_reproduction.yaml` by default) is run by `course_lib.lab.sweep`, so an interrupted
 reproduction resumes where it stopped and `--shard I/N` splits it across machines. As each run completes its
@@ -444,7 +444,7 @@ def commands(grid=None, out=None, archive=None) -> tuple[str, str]:
     and how the runs are made, not the report."""
     options = "".join(f" {flag} {shlex.quote(str(value))}" for flag, value in
                       (("--grid", grid), ("--report", out), ("--archive", archive)) if value is not None)
-    line = "python -m course_lib bench reproduce"
+    line = "python -m benchmarks reproduce"
     return f"{line}{options}", f"{line} --from-archive{options}"
 
 
@@ -475,7 +475,7 @@ def reproduce(grid: str | Path = DEFAULT_GRID, output_dir: str | Path | None = N
 
 
 def main(args) -> int:
-    """`bench reproduce` from the parsed bench options."""
+    """`python -m benchmarks reproduce` from the parsed bench options."""
     from course_lib.lab.sweep import parse_shard
 
     archive, from_archive = getattr(args, "archive", None), getattr(args, "from_archive", False)

@@ -256,7 +256,7 @@ def ssa_epoch_features(features: list[dict], predict, epoch: int, seed: int, spe
 
     first_epoch_loss=False: the unprobed first epoch (ratio 0) gets no token labels instead of the code's
     all-ones, so the token loss starts with the first probed epoch. In short runs the all-ones epoch can pull
-    the shared encoder away from the task (SSA-Co at the majority class in notebook 01 and `bench reproduce`).
+    the shared encoder away from the task (SSA-Co at the majority class in notebook 01 and `python -m benchmarks reproduce`).
     """
     n, ratio = len(features), aug_ratio(epoch)
     # paper mode: unprobed tokens carry no SSA signal; nor, when asked, the code's all-ones first epoch

@@ -75,7 +75,7 @@ def _sparsemax_threshold(z: torch.Tensor, k: int = SPARSEMAX_TOP_K) -> torch.Ten
     the whole row whenever its own solution gives the k-th entry 0: the entries left out are no larger, so
     they get 0 too and the KKT conditions hold for the whole row. Rows where the k-th entry is still positive
     are redone with 4k entries, up to the full row. Exact, like the full sort, but a top-k is a partial sort:
-    at L = 128, forward + backward run about 2.5 times faster than with a full sort (`bench sparsemax`).
+    at L = 128, forward + backward run about 2.5 times faster than with a full sort (`python -m benchmarks sparsemax`).
     The redo is a branch on the data, so on an accelerator (`may_branch`) every row is sorted whole instead.
     """
     n = z.shape[-1]

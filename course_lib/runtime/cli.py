@@ -2,7 +2,7 @@
 
 The training commands (finetune, pretrain, multitask) are built from the config dataclasses: every option is a
 field, so CLI, notebooks and YAML share one set of names and checks. The other commands (`COMMANDS` below:
-notebooks, sweep, collect, check, assignment, export, predict, glue-submission, cache, bench, gpu-check) get their
+notebooks, sweep, collect, check, assignment, export, predict, glue-submission, cache) get their
 arguments handed to their own parsers.
 Mistakes end with one line on stderr naming the bad value and the valid ones, and exit code 2.
 """
@@ -37,9 +37,6 @@ COMMANDS = {  # the commands with a parser of their own: `python -m course_lib N
     "glue-submission": ("course_lib.lab.glue_submission", "the zip the GLUE leaderboard takes, from one finished "
                                                           "run per task; --check a zip"),
     "cache": ("course_lib.tasks.feature_cache", "the encoded-data cache every run shares: its size, or --clear"),
-    "bench": ("course_lib.lab.bench.command", "benchmarks, measured side by side in one process"),
-    "gpu-check": ("course_lib.lab.bench.gpu_check", "the checks a CPU cannot run (bf16 parity, speed, every method "
-                                                "and paper preset, the loop), one report"),
 }
 
 

@@ -5,7 +5,7 @@ parallel loop spins for about 300,000 turns (GOMP_SPINCOUNT; a few milliseconds)
 next loop starts at once. On an idle machine that saves a wake-up; when another program holds a core, the
 spinning thread burns the time slice its partner needs to finish, and a training step of the MiniLM (batch 32 x
 64, 2 threads) took 3x as long beside two busy programs as with threads that sleep at once
-(`python -m course_lib bench contention`, results/contention.md).
+(`python -m benchmarks contention`, results/contention.md).
 
 libgomp reads its settings once, when torch loads it, so `use_passive_wait` must run before `import torch`:
 `course_lib/__init__.py` calls it, which covers every `python -m course_lib...` command, the sweep's and

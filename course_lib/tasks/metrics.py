@@ -16,8 +16,8 @@ names it, and the training loops log its answer and keep it under `warnings` in 
 (metrics.json) keep what these functions return.
 
 `paired_t_test` compares two methods over the same seeds: the one test behind `collect.paired_tests` (the
-results tables, notebook 06, `bench reproduce`) and `bench diagnostics`; `detectable_difference` says how large
-a difference that test can find with a given number of seeds (`bench reproduce`).
+results tables, notebook 06, `python -m benchmarks reproduce`) and `python -m benchmarks diagnostics`; `detectable_difference` says how large
+a difference that test can find with a given number of seeds (`python -m benchmarks reproduce`).
 """
 
 import math

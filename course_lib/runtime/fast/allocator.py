@@ -4,11 +4,11 @@ glibc's malloc serves large blocks with fresh `mmap` pages and returns them to t
 trims the top of its heap. A training step frees nearly all it allocated, so every step the kernel zero-fills
 those pages again on first touch. A two-pass step (ASA, Bernoulli masking) of the MiniLM at batch 32 x 64 tokens
 has 500-700 MiB of activations in blocks of a few MiB and took about 30,000 minor page faults a step; in
-`bench methods` ASA's step went from 2.42-2.72x vanilla's to 2.14-2.26x once malloc kept them.
+`python -m benchmarks methods` ASA's step went from 2.42-2.72x vanilla's to 2.14-2.26x once malloc kept them.
 
 It has a cost: a heap that never gives pages back fragments when large blocks of slightly different sizes come
 and go (torch aligns each block, so a freed block can be a few bytes short of the next one of the same size), and
-the process keeps its peak for life. Measured by `bench memory` (`results/memory.md`, two runs): on SST-2 (batch
+the process keeps its peak for life. Measured by `python -m benchmarks memory` (`results/memory.md`, two runs): on SST-2 (batch
 32, up to 128 tokens) keeping added 3-4% to the peak and made no consistent difference to the step time; on SQuAD
 (batch 16 x 384 tokens, 113 MiB per attention map) it cut the step time to 0.55-0.57x but raised the peak
 1.8-2.2x, more than a laptop has. So by default the command line keeps freed memory only for runs whose attention

@@ -1,4 +1,4 @@
-"""`python -m course_lib bench reference --task wnut17|dream`: our tagging or multiple-choice fine-tuning against
+"""`python -m benchmarks reference --task wnut17|dream`: our tagging or multiple-choice fine-tuning against
 transformers' `BertForTokenClassification` / `BertForMultipleChoice` trained by the same loop, on the same data,
 batches, seeds and initial weights.
 

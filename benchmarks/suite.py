@@ -1,4 +1,4 @@
-"""`python -m course_lib bench speed|methods|sparsemax`: measurements taken side by side in one process.
+"""`python -m benchmarks speed|methods|sparsemax`: measurements taken side by side in one process.
 
 - speed: our encoder against Hugging Face's BertModel (sdpa and eager), same weights and inputs; then the span-QA
   model against BertForQuestionAnswering at length 384 and the tagging model against BertForTokenClassification
@@ -23,8 +23,8 @@ from typing import Callable
 
 import torch
 
-from course_lib.lab.bench.head_speed import format_head_speed, span_speed, tagging_speed
-from course_lib.lab.bench.timing import interleaved, machine_load, ratio_summary, timed
+from benchmarks.head_speed import format_head_speed, span_speed, tagging_speed
+from course_lib.notebook.timing import interleaved, machine_load, ratio_summary, timed
 from course_lib.model.weights import load_pretrained
 from course_lib.readers.model_folder import resolve_model_dir
 from course_lib.runtime.fast import optimize

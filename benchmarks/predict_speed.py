@@ -1,4 +1,4 @@
-"""`python -m course_lib bench predict`: our `predict` against a transformers text-classification pipeline on the same
+"""`python -m benchmarks predict`: our `predict` against a transformers text-classification pipeline on the same
 run exported (`export`), the same SST-2 sentences and batch size, interleaved rounds in one process.
 
 Both read the sentences and write nothing the other does not: ours reads a TSV and writes its JSON lines, the
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from course_lib.lab.bench.timing import interleaved, machine_load, ratio_summary
+from course_lib.notebook.timing import interleaved, machine_load, ratio_summary
 from course_lib.readers import local_data
 from course_lib.runtime.errors import UsageError
 from course_lib.runtime.export import EXPORT_DIR, export_run

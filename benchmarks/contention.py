@@ -1,4 +1,4 @@
-"""`python -m course_lib bench contention`: a training step quiet and beside busy programs, per thread setting.
+"""`python -m benchmarks contention`: a training step quiet and beside busy programs, per thread setting.
 
 A laptop that trains is also running a browser, an editor, a video call. This bench starts 0, 1 or 2 programs that
 each keep one core busy (a Python loop), and beside them times a training step of the packaged MiniLM (forward,
@@ -15,10 +15,13 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from course_lib.runtime.errors import UsageError
 from course_lib.runtime.openmp import SPIN_COUNT, WAIT_POLICY, idle_spin_seconds
 from course_lib.runtime.repro import progress
+
+ROOT = Path(__file__).resolve().parents[1]  # `-m benchmarks.X` runs from the repository root
 
 THREADS = "OMP_NUM_THREADS"
 FREE_CORES = "ATTENTION_LAB_BENCH_FREE_CORES"  # a child told to take as many threads as cores are idle at start
@@ -87,7 +90,7 @@ def _child_env(setting: str) -> dict:
 
 def _in_fresh_process(setting: str, steps: int, batch_size: int, seq_len: int) -> dict:
     args = json.dumps([steps, batch_size, seq_len])
-    out = subprocess.run([sys.executable, "-m", "course_lib.lab.bench.contention", args], env=_child_env(setting),
+    out = subprocess.run([sys.executable, "-m", "benchmarks.contention", args], cwd=ROOT, env=_child_env(setting),
                          capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"bench contention: the {setting!r} run failed:\n{out.stderr[-2000:]}")

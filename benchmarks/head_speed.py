@@ -1,4 +1,4 @@
-"""`bench speed`'s task-head cases: our span-QA and tagging models against transformers' `BertForQuestionAnswering`
+"""`python -m benchmarks speed`'s task-head cases: our span-QA and tagging models against transformers' `BertForQuestionAnswering`
 (length 384) and `BertForTokenClassification` (length 128), same weights and inputs, a training step (forward,
 loss, backward) and an inference pass.
 
@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from course_lib.lab.bench.timing import interleaved, ratio_summary
+from course_lib.notebook.timing import interleaved, ratio_summary
 from course_lib.model.heads import SpanHead, TokenClassifier
 from course_lib.model.weights import load_pretrained
 from course_lib.readers.model_folder import resolve_model_dir

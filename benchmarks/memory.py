@@ -1,4 +1,4 @@
-"""`python -m course_lib bench memory`: peak resident memory of a fine-tuning run, ours against transformers'.
+"""`python -m benchmarks memory`: peak resident memory of a fine-tuning run, ours against transformers'.
 
 Each case (SST-2 at up to 128 tokens, batch 32; SQuAD v1.1 at 384 tokens with stride 128, batch 16) trains our
 task model and transformers' model of the same family (`BertForSequenceClassification`,
@@ -20,11 +20,14 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from course_lib.runtime.fast.allocator import SETTING, auto_keeps, keep_freed_memory
 from course_lib.runtime.repro import progress
+
+ROOT = Path(__file__).resolve().parents[1]  # `-m benchmarks.X` runs from the repository root
 
 GOAL = 1.2  # at most this times transformers' peak, both with the default setting (issue 42)
 MODES = ("0", "1")  # malloc as it is, freed memory kept; the default, auto, picks one per run
@@ -127,7 +130,7 @@ def run_one(case: str, who: str, steps: int, eval_batches: int, model_name=None)
 def _in_fresh_process(case: str, who: str, mode: str, steps: int, eval_batches: int, model_name) -> dict:
     env = {**os.environ, SETTING: mode, "TQDM_DISABLE": "1"}
     args = json.dumps([case, who, steps, eval_batches, model_name])
-    out = subprocess.run([sys.executable, "-m", "course_lib.lab.bench.memory", args], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "benchmarks.memory", args], cwd=ROOT, env=env, capture_output=True,
                          text=True)
     if out.returncode != 0:
         raise RuntimeError(f"bench memory: the {who} {case} run failed:\n{out.stderr[-2000:]}")

@@ -1,4 +1,4 @@
-"""`python -m course_lib bench squad`: our span-QA fine-tuning against transformers' `BertForQuestionAnswering`
+"""`python -m benchmarks squad`: our span-QA fine-tuning against transformers' `BertForQuestionAnswering`
 trained by the same loop, on the same windows, batches, seed and initial weights, and a trivial baseline.
 
 SQuAD's train file is not on an offline machine, so the protocol splits the v1.1 dev file by article

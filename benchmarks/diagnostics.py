@@ -1,4 +1,4 @@
-"""Controlled diagnostics with ground truth: `python -m course_lib bench diagnostics`.
+"""Controlled diagnostics with ground truth: `python -m benchmarks diagnostics`.
 
 GLUE scores say how well a method does, not why. Two of our papers make claims that GLUE cannot check
 directly: ASA says adversarial masking stops the model leaning on a few tokens (Wu et al. 2023, Sec. 1), and
@@ -313,7 +313,7 @@ def format_table(results: dict, reference: str = "vanilla") -> str:
 
 
 def main(args) -> None:
-    """`bench diagnostics`: run (or read back) every run, then print the tables or JSON."""
+    """`python -m benchmarks diagnostics`: run (or read back) every run, then print the tables or JSON."""
     from course_lib.runtime.errors import UsageError
 
     methods = [m.strip() for m in (args.methods or ",".join(every_method())).split(",") if m.strip()]

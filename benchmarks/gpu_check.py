@@ -1,4 +1,4 @@
-"""`bash ci/gpu_check.sh` (`python -m course_lib gpu-check`): what to measure the first time a GPU is at hand.
+"""`bash ci/gpu_check.sh` (`python -m benchmarks.gpu_check`): what to measure the first time a GPU is at hand.
 
 The course machines have no GPU, so everything GPU-specific is checked here, in one run of a few minutes that
 writes one report (markdown plus the same numbers as JSON):
@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from course_lib.lab.bench.gpu_loop import loop_section, synchronize
+from benchmarks.gpu_loop import loop_section, synchronize
 from course_lib.runtime.errors import Parser, UsageError, choice_error, report_errors
 from course_lib.runtime.repro import atomic_write
 from course_lib.training.config import COMPILE
@@ -259,7 +259,7 @@ def _gradient_diffs(ours, hf, ids, mask) -> dict:
 
 def throughput(model_dir: Path, device, shapes=((32, 128), (8, 512)), repeats: int = 10, warmup: int = 3) -> dict:
     """Median seconds of a bf16-autocast training step for ours (every position, and [CLS] only) and HF."""
-    from course_lib.lab.bench.timing import interleaved, ratio_summary
+    from course_lib.notebook.timing import interleaved, ratio_summary
 
     ours, hf = _pair(model_dir, device)
     ours.train(), hf.train()
@@ -496,7 +496,7 @@ def format_report(results: dict) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = Parser(prog="python -m course_lib gpu-check", description=__doc__.split("\n")[0])
+    parser = Parser(prog="python -m benchmarks.gpu_check", description=__doc__.split("\n")[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--size", choices=sorted(SHAPES), default=None,
                         help="model shape: base (bert-base-uncased's, the default on CUDA) or tiny (CPU default)")
@@ -548,7 +548,7 @@ def run_checks(args: argparse.Namespace, argv: list[str] | None) -> int:
              "notebooks": lambda: notebooks(model_dir, work, args.size, args.notebook_compile),
              "multi_gpu": lambda: multi_gpu(model_dir, glue_dir, work),
              "loop": lambda: loop_section(model_dir, glue_dir, work, device, args.size, args.loop_compile)}
-    results = {"command": "python -m course_lib gpu-check " + " ".join(sys.argv[1:] if argv is None else argv),
+    results = {"command": "python -m benchmarks.gpu_check " + " ".join(sys.argv[1:] if argv is None else argv),
                "shape": {"size": args.size, **SHAPES[args.size]}, "environment": environment(device)}
     for section in args.sections:
         started = time.perf_counter()

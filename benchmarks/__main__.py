@@ -1,7 +1,7 @@
-"""`python -m course_lib bench WHAT`: benchmarks, measured side by side in one process.
+"""`python -m benchmarks WHAT` (from the repository root): benchmarks, measured side by side in one process.
 
 Each bench names its help line, the module whose main(args) runs it, and the options it reads (flag: argparse
-keywords). A bench takes only its own options, so `bench squad --seq-lens 64` is refused, not ignored.
+keywords). A bench takes only its own options, so `python -m benchmarks squad --seq-lens 64` is refused, not ignored.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ _THREADS = {"--threads": dict(type=int, default=None, help="torch threads (defau
                                                              "on cores other jobs share")}
 BENCHES = {
     "speed": ("our encoder vs Hugging Face's BertModel, and the span-QA and tagging heads vs transformers'",
-              "course_lib.lab.bench.suite", {
+              "benchmarks.suite", {
                   **_MODEL, **_JSON, **_THREADS, "--batch-size": dict(type=int, default=32),
                   "--seq-lens": dict(type=int, nargs="+", default=None, help="sequence lengths (default: 64 128)"),
                   "--repeats": dict(type=int, default=10, help="timed repeats"),
@@ -26,7 +26,7 @@ BENCHES = {
                   "--compile": dict(action="store_true", help="also time the plain encoder under torch.compile "
                                                               "(the compile=default run option) against it eager")}),
     "methods": ("each method's training step vs vanilla (AG vs MLM), and SSA's label generation",
-                "course_lib.lab.bench.suite", {
+                "benchmarks.suite", {
                     **_MODEL, **_JSON, **_THREADS, "--batch-size": dict(type=int, default=32),
                     "--seq-lens": dict(type=int, nargs="+", default=None, help="the sequence length (default: 64)"),
                     "--repeats": dict(type=int, default=10, help="timed repeats"),
@@ -35,12 +35,12 @@ BENCHES = {
                     "--epoch-examples": dict(type=int, default=512, help="sentences in the SSA epoch"),
                     "--glue-dir": dict(default=None, help="SST-2 sentences from here (default: $GLUE_DIR, else "
                                                           "data/glue)")}),
-    "sparsemax": ("our sparsemax vs entmax's", "course_lib.lab.bench.suite", {
+    "sparsemax": ("our sparsemax vs entmax's", "benchmarks.suite", {
         **_JSON, **_THREADS, "--batch-size": dict(type=int, default=32),
         "--seq-lens": dict(type=int, nargs="+", default=None, help="the sequence length (default: 128)"),
         "--repeats": dict(type=int, default=10, help="timed repeats")}),
     "diagnostics": ("shortcut reliance and precision@k on synthetic data with ground truth",
-                    "course_lib.lab.bench.diagnostics", {
+                    "benchmarks.diagnostics", {
                         **_MODEL, **_JSON,
                         "--methods": dict(default=None, help="comma list (default: all fine-tuning methods)"),
                         "--seeds": dict(default="0,1,2", help="comma list of seeds"),
@@ -59,7 +59,7 @@ BENCHES = {
         "--from-archive": dict(action="store_true", help="rebuild the report from the archive (--archive) alone, "
                                                          "running nothing")}),
     "squad": ("our span-QA fine-tuning vs BertForQuestionAnswering on a by-article split of SQuAD v1.1 dev",
-              "course_lib.lab.bench.squad_reference", {
+              "benchmarks.squad_reference", {
                   **_MODEL, **_JSON,
                   "--squad-file": dict(default=None, help="the SQuAD v1.1 dev file to split by article (default: "
                                                           "$SQUAD_DIR, else data/squad)"),
@@ -68,7 +68,7 @@ BENCHES = {
                   "--epochs": dict(type=int, default=None, help="training epochs (default 2)"),
                   "--output-dir": dict(default=None, help="run folders, reused if there (default "
                                                           "runs/bench/squad)")}),
-    "reference": ("our tagging / multiple-choice fine-tuning vs transformers'", "course_lib.lab.bench.family_reference", {
+    "reference": ("our tagging / multiple-choice fine-tuning vs transformers'", "benchmarks.family_reference", {
         **_MODEL, **_JSON,
         "--task": dict(default=None, help="wnut17 (data/ or WNUT17_DIR) or dream (DREAM_DIR)"),
         "--seeds": dict(default="0,1,2", help="comma list of seeds"),
@@ -76,7 +76,7 @@ BENCHES = {
         "--output-dir": dict(default=None, help="run folders, reused if there (default "
                                                 "runs/bench/reference/<task>)")}),
     "predict": ("our predict vs a transformers text-classification pipeline on the same run, exported",
-                "course_lib.lab.bench.predict_speed", {
+                "benchmarks.predict_speed", {
                     **_MODEL, **_JSON, **_THREADS, "--batch-size": dict(type=int, default=32),
                     "--sentences": dict(type=int, default=10000, help="SST-2 training sentences predicted"),
                     "--repeats": dict(type=int, default=3, help="timed rounds, each running both"),
@@ -84,10 +84,10 @@ BENCHES = {
                                                      "the output folder)"),
                     "--glue-dir": dict(default=None, help="SST-2 from here (default: $GLUE_DIR, else data/glue)"),
                     "--output-dir": dict(default=None, help="the run and the files (default runs/bench/predict)")}),
-    "memory": ("peak resident memory of fine-tuning, ours vs transformers'", "course_lib.lab.bench.memory", {
+    "memory": ("peak resident memory of fine-tuning, ours vs transformers'", "benchmarks.memory", {
         **_MODEL, **_JSON, "--repeats": dict(type=int, default=10, help="training steps per run")}),
     "contention": ("a training step quiet and beside busy programs, under each OpenMP thread setting",
-                   "course_lib.lab.bench.contention", {
+                   "benchmarks.contention", {
                        **_JSON, "--busy": dict(type=int, nargs="+", default=[0, 1, 2],
                                                help="how many busy programs run beside, one case each"),
                        "--rounds": dict(type=int, default=2, help="rounds, each running every setting and load"),
@@ -106,8 +106,8 @@ class _DefaultsWhereUseful(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser() -> Parser:
-    """`bench WHAT`: one sub-command per measurement, each with the options it reads."""
-    parser = Parser(prog="python -m course_lib bench", description="benchmarks, measured side by side in one process")
+    """`python -m benchmarks WHAT`: one sub-command per measurement, each with the options it reads."""
+    parser = Parser(prog="python -m benchmarks", description="benchmarks, measured side by side in one process")
     benches = parser.add_subparsers(dest="what", metavar="WHAT", parser_class=Parser, required=True)
     for name, (what, _, options) in BENCHES.items():
         sub = benches.add_parser(name, help=what, description=what, formatter_class=_DefaultsWhereUseful)
@@ -129,3 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     return report_errors(body, "run the same command again")
 
 
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,1 +1,0 @@
-"""Measurements: speed against Hugging Face, method costs, diagnostics, the GPU check."""
