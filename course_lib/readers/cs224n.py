@@ -35,8 +35,8 @@ from pathlib import Path
 from course_lib.readers import sources
 from course_lib.readers.sentence_files import (CLASSIFICATION_METRICS, REGRESSION_METRICS, FileSentenceTask,
                                                _records, label_text, parse_label, scored_splits)
+from course_lib.readers.sentence_rows import Example
 from course_lib.runtime.errors import UsageError, choice_error
-from course_lib.tasks import sentence
 
 ENV = "CS224N_DATA_DIR"
 UNLABELLED_SPLIT = "test-student"  # the course's name for its test split, whose labels students never see
@@ -44,9 +44,9 @@ ID_COLUMN = "id"
 
 
 @dataclass
-class CourseExample(sentence.Example):
-    """A `sentence.Example` that keeps its row's id, for the course's predictions files. A subclass rather than a new
-    field of `sentence.Example`, so no other reader changes while every encoder and batcher still takes it.
+class CourseExample(Example):
+    """An `Example` that keeps its row's id, for the course's predictions files. A subclass rather than a new
+    field of `Example`, so no other reader changes while every encoder and batcher still takes it.
     `label` is None for a test-student row: it has none, and None cannot be scored or trained on by mistake."""
 
     id: str = ""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from course_lib.readers import local_data
 from course_lib.runtime.errors import UsageError
-from course_lib.tasks.sentence import Example
+from course_lib.readers.sentence_rows import Example
 
 
 def split_path(task, split: str, glue_dir: Path) -> Path:

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from course_lib.readers import sources
+from course_lib.readers.sentence_rows import SENTENCE, Example, LabelSet
 from course_lib.runtime.errors import UsageError
-from course_lib.tasks import glue, sentence
 
 DELIMITERS = {".csv": ",", ".tsv": "\t", ".jsonl": None}  # suffix -> field separator (None: a JSON line)
 FIELD_NAMES = {",": "comma", "\t": "tab"}
@@ -48,7 +48,7 @@ def scored_splits(paths: dict) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class FileSentenceTask(glue.LabelSet):
+class FileSentenceTask(LabelSet):
     """A sentence-family preset read from files: which columns hold the text(s) and the label, the label set,
     how it is scored, and where its files are (`source`: its folder's file names, the variable naming that folder,
     the hub's copy). Duck-compatible with `glue.GlueTask` where the sentence family reads a preset."""
@@ -67,7 +67,7 @@ class FileSentenceTask(glue.LabelSet):
     paths: dict[str, Path | None] = field(default_factory=dict)  # split -> file (None: the hub), once bound
     dev_splits: tuple[str, ...] = ("dev",)  # ("dev", "test") once bound to a labelled test split
     max_len: int = 128
-    family: str = sentence.SENTENCE
+    family: str = SENTENCE
 
     def bind(self, cfg) -> FileSentenceTask:
         """The preset for a run, its files resolved. A preset knows its columns and labels, so the options that
@@ -99,7 +99,7 @@ class FileSentenceTask(glue.LabelSet):
             hint += f" ({files['test']} optional)" if "test" in files else ""
         return hint + (f"; {self.obtain}" if self.obtain else "")
 
-    def load(self, split: str, cfg) -> list[sentence.Example]:
+    def load(self, split: str, cfg) -> list[Example]:
         """The split's examples, from its file or the hub."""
         try:
             return sources.read_split(self, split, lambda path: read_file(self, path),
@@ -122,16 +122,16 @@ def file_layout(path: Path) -> str | None:
     return DELIMITERS[suffix]
 
 
-def read_file(task: FileSentenceTask, path: Path) -> list[sentence.Example]:
-    return [sentence.Example(texts, parse_label(task, label, where)) for texts, label, where in read_rows(task, path)]
+def read_file(task: FileSentenceTask, path: Path) -> list[Example]:
+    return [Example(texts, parse_label(task, label, where)) for texts, label, where in read_rows(task, path)]
 
 
-def hub_examples(task: FileSentenceTask, split: str, rows: list[dict]) -> list[sentence.Example]:
+def hub_examples(task: FileSentenceTask, split: str, rows: list[dict]) -> list[Example]:
     """The hub's rows (dicts, as `datasets` gives them) as examples, checked like a JSON line each."""
     examples = []
     for i, row in enumerate(rows, 1):
         texts, label, where = object_row(task, row, f"{task.source.hub} {split} row {i}")
-        examples.append(sentence.Example(texts, parse_label(task, label, where)))
+        examples.append(Example(texts, parse_label(task, label, where)))
     return examples
 
 
@@ -381,10 +381,10 @@ semeval2013 = FileSentenceTask(  # SemEval-2013 Task 2 subtask B (Nakov et al. 2
 PRESETS = (sst5, anli, paws_qqp, scitail, semeval2013)
 
 
-def read_inputs(task, path: Path) -> list[sentence.Example]:
+def read_inputs(task, path: Path) -> list[Example]:
     """A prediction's input: the rows of a CSV, TSV or JSON-lines file with the run's text columns, as training
     reads them (a label column may be there; it is not read). A .tsv is read as its preset reads its own files
     (GLUE's: '"' is plain text)."""
     reader = FileSentenceTask(task.name, tuple(task.text_columns), task.label_names, (), None, label_column="",
                               quoted=getattr(task, "quoted", False))
-    return [sentence.Example(texts, 0) for texts, _, _ in read_rows(reader, Path(path))]
+    return [Example(texts, 0) for texts, _, _ in read_rows(reader, Path(path))]

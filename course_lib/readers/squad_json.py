@@ -1,6 +1,7 @@
 """SQuAD's files: reading and checking a SQuAD JSON file (v1.1 or v2.0 layout), cutting one by article, and where a
-split comes from (a file, `SQUAD_DIR`, the repository's data/squad, else the hub). The questions they give
-(`QAExample`) and what is done with them (windows, decoding, the official scores) are `tasks/squad.py`.
+split comes from (a file, `SQUAD_DIR`, the repository's data/squad, else the hub), each version's files
+(`SquadVersion`) and the questions they hold (`QAExample`); what is done with them (windows, decoding, the official
+scores) is `tasks/squad.py`.
 
 Only the dev file of SQuAD v1.1 may be at hand offline. `write_article_split` cuts it by article (e.g. the first 38
 articles to train, the last 10 to evaluate) so that no paragraph is seen on both sides; say which split you used
@@ -10,12 +11,51 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from course_lib.readers import local_data
 from course_lib.runtime.errors import UsageError, choice_error
 from course_lib.runtime.repro import atomic_write
-from course_lib.tasks.squad import SQUAD_VERSIONS, QAExample, SquadVersion, get_version
+
+@dataclass(frozen=True)
+class SquadVersion:
+    """Where one SQuAD version's data lives: its hub dataset and its official file names."""
+
+    name: str  # 'v1.1'
+    hub_id: str  # Hugging Face hub dataset id (splits 'train' and 'validation')
+    train_file: str  # official file names, looked up in $SQUAD_DIR
+    dev_file: str
+    has_impossible: bool  # v2.0 adds questions without an answer in the paragraph
+
+
+SQUAD_VERSIONS = {
+    "v1.1": SquadVersion("v1.1", "rajpurkar/squad", "train-v1.1.json", "dev-v1.1.json", False),
+    "v2.0": SquadVersion("v2.0", "rajpurkar/squad_v2", "train-v2.0.json", "dev-v2.0.json", True),
+}
+
+
+def get_version(name: str) -> SquadVersion:
+    """A version by name, with or without the 'v' ('v1.1', '1.1', 'v2.0', '2.0')."""
+    key = "v" + str(name).lower().removeprefix("v")
+    if key not in SQUAD_VERSIONS:
+        raise choice_error("SQuAD version", name, SQUAD_VERSIONS)
+    return SQUAD_VERSIONS[key]
+
+
+@dataclass
+class QAExample:
+    """One question with its paragraph. `answers[i]` starts at character `answer_starts[i]` of `context`;
+    v1.1's dev questions have up to five gold answers (crowd workers'), v2.0's impossible ones none."""
+
+    id: str
+    title: str  # the article's title; consecutive questions with one title are one article
+    context: str
+    question: str
+    answers: list[str]
+    answer_starts: list[int]
+    is_impossible: bool = False
+
 
 SPLITS = {"train": "train", "validation": "validation", "dev": "validation"}  # 'dev' is the official files' name
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib.readers import glue_files, local_data
+from course_lib.readers.sentence_rows import SENTENCE, Example, LabelSet
 from course_lib.runtime.errors import UsageError, choice_error, find_named
-from course_lib.tasks.sentence import SENTENCE, Example
 
 
 @dataclass(frozen=True)
@@ -32,19 +32,7 @@ class TsvLayout:
     columns: tuple[str, ...] | None = None  # names for a headerless file; None: first row is the header
 
 
-class LabelSet:
-    """What a sentence-family preset's `label_names` say about its head: None is one regression score."""
 
-    label_names: tuple[str, ...] | None
-
-    @property
-    def is_regression(self) -> bool:
-        return self.label_names is None
-
-    @property
-    def num_labels(self) -> int:
-        """Width of the classifier output: one score for regression (STS-B)."""
-        return 1 if self.label_names is None else len(self.label_names)
 
 
 @dataclass(frozen=True)

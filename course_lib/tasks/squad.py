@@ -1,6 +1,6 @@
 """SQuAD v1.1 / v2.0 span question answering, the data side: the questions, windows, batches, span decoding and the
-official scores (reading the files, article splits: `readers/squad_json.py`). It knows nothing about the model: the
-head (two logits per token, start and end) and the training integration live elsewhere.
+official scores (the files, article splits, versions and the questions they hold: `readers/squad_json.py`). It knows
+nothing about the model: the head (two logits per token, start and end) and the training integration live elsewhere.
 
 The pipeline, as BERT did it for SQuAD (Devlin et al. 2019, section 4.2 and 4.3):
 
@@ -24,54 +24,15 @@ import os
 import re
 import string
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from course_lib.runtime.errors import UsageError, choice_error
+from course_lib.readers.squad_json import QAExample, SquadVersion, get_version  # the questions and versions read
+from course_lib.runtime.errors import UsageError
 from course_lib.runtime.repro import atomic_write
 from course_lib.tasks.batching import pad_tokens
-
-
-@dataclass(frozen=True)
-class SquadVersion:
-    """Where one SQuAD version's data lives: its hub dataset and its official file names."""
-
-    name: str  # 'v1.1'
-    hub_id: str  # Hugging Face hub dataset id (splits 'train' and 'validation')
-    train_file: str  # official file names, looked up in $SQUAD_DIR
-    dev_file: str
-    has_impossible: bool  # v2.0 adds questions without an answer in the paragraph
-
-
-SQUAD_VERSIONS = {
-    "v1.1": SquadVersion("v1.1", "rajpurkar/squad", "train-v1.1.json", "dev-v1.1.json", False),
-    "v2.0": SquadVersion("v2.0", "rajpurkar/squad_v2", "train-v2.0.json", "dev-v2.0.json", True),
-}
-
-
-def get_version(name: str) -> SquadVersion:
-    """A version by name, with or without the 'v' ('v1.1', '1.1', 'v2.0', '2.0')."""
-    key = "v" + str(name).lower().removeprefix("v")
-    if key not in SQUAD_VERSIONS:
-        raise choice_error("SQuAD version", name, SQUAD_VERSIONS)
-    return SQUAD_VERSIONS[key]
-
-
-@dataclass
-class QAExample:
-    """One question with its paragraph. `answers[i]` starts at character `answer_starts[i]` of `context`;
-    v1.1's dev questions have up to five gold answers (crowd workers'), v2.0's impossible ones none."""
-
-    id: str
-    title: str  # the article's title; consecutive questions with one title are one article
-    context: str
-    question: str
-    answers: list[str]
-    answer_starts: list[int]
-    is_impossible: bool = False
 
 
 # ----------------------------------------------------------------------------------------------
