@@ -47,7 +47,7 @@ BENCHES = {
                         "--quick": dict(action="store_true", help="the smoke budget (tiny data, for tests)"),
                         "--output-dir": dict(default=None, help="run folders, reused if there (default "
                                                                 "runs/diagnostics)")}),
-    "reproduce": ("a grid of every method vs vanilla over seeds, paired tests", "course_lib.lab.reproduce", {
+    "reproduce": ("a grid of every method vs vanilla over seeds, paired tests", "benchmarks.reproduce", {
         "--grid": dict(default=None, help="the sweep grid (default ci/grids/cpu_reproduction.yaml)"),
         "--report": dict(default=None, help="where the report goes (default results/cpu_reproduction.md)"),
         "--output-dir": dict(default=None, help="run folders, reused if there (default runs/sweep/<grid name>)"),

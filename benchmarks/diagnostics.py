@@ -32,7 +32,7 @@ import torch
 from course_lib.methods.registry import every_method, get_method
 from course_lib.runtime.repro import atomic_write, progress, write_json
 from course_lib.tasks import batching, glue, sentence
-from course_lib.tasks.metrics import paired_t_test
+from course_lib.lab.significance import paired_t_test
 from course_lib.tasks.registry import get_family
 from course_lib.training.config import FinetuneConfig
 

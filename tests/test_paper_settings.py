@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.lab.reproduce import PAPER_TASK
+from benchmarks.reproduce import PAPER_TASK
 from course_lib.lab.sweep import load_grid
 from course_lib.methods.asa import PAPER_TAU
 from course_lib.methods.ssaf import PAPER_LAMBDA

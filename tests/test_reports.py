@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.lab import reproduce
+from benchmarks import reproduce
 
 pytestmark = pytest.mark.stored_numbers  # CI runs these under other CPU paths too
 

@@ -10,12 +10,13 @@ import pytest
 import yaml
 from scipy import stats
 
-from course_lib.lab import collect, reproduce, sweep
+from benchmarks import reproduce
 from benchmarks.__main__ import main as bench
+from course_lib.lab import collect, sweep
 from course_lib.methods.registry import get_method
 from course_lib.runtime import cli
 from course_lib.runtime.errors import UsageError
-from course_lib.tasks import metrics
+from course_lib.lab import significance as metrics
 
 ENV = {"CI": "true", "HF_HUB_OFFLINE": "1"}
 

@@ -32,7 +32,7 @@ from course_lib.lab.records import KINDS, kind_of, lower_is_better, percent_scal
 from course_lib.lab.reported import GLUE, reported
 from course_lib.runtime.errors import Parser, UsageError, report_errors
 from course_lib.runtime.repro import METRICS, atomic_write, lock_exclusive
-from course_lib.tasks.metrics import holm_adjusted, paired_t_test
+from course_lib.lab.significance import holm_adjusted, paired_t_test
 from course_lib.tasks.registry import family_of
 
 NOT_GROUPED = ("seed", "output_dir")  # runs that differ only in these are seeds of one group
@@ -194,7 +194,7 @@ def paired_tests(rows: list[dict], metric: str | None = None, baseline: str | No
     so a seed's data order and initialisation are shared and the test sees the method's effect alone. By
     default each row is tested on its task's main metric against its kind's baseline (vanilla; plain MLM for
     pre-training). `better` reads the sign the metric's way (lower is better for a loss or perplexity); the
-    p-value is two-sided (`metrics.paired_t_test`), None with fewer than 2 pairs or all pairs equal, and
+    p-value is two-sided (`significance.paired_t_test`), None with fewer than 2 pairs or all pairs equal, and
     `p_holm` is Holm's adjustment across all the tests returned.
     """
     def tested_metric(row):

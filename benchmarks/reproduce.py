@@ -8,7 +8,7 @@ the report; `--archive DIR` elsewhere), which is committed, so the runs outlive 
 
 The report, `results/cpu_reproduction.md`, gives per task whether vanilla reaches its target (`TARGETS`) or
 sits at chance level, the seed noise of the paired differences and the smallest difference these seeds can
-detect (`metrics.detectable_difference`), and each method's dev metric (mean ± std over seeds), its mean
+detect (`significance.detectable_difference`), and each method's dev metric (mean ± std over seeds), its mean
 difference to vanilla over the same seeds with a paired t-test (`collect.paired_tests`), that p after Holm's
 correction across the report's tests, and a verdict on the Holm-adjusted p that says plainly whether the gain
 the paper reports shows at this scale, or is below what the seeds can detect. `mean-pool` is a control
@@ -32,10 +32,10 @@ from course_lib.lab.reported import REPORTED
 from course_lib.lab.sweep import load_grid, sweep
 from course_lib.runtime.errors import UsageError
 from course_lib.runtime.repro import atomic_write
-from course_lib.tasks.metrics import detectable_difference, holm_adjusted, seeds_to_detect
+from course_lib.lab.significance import detectable_difference, holm_adjusted, seeds_to_detect
 from course_lib.tasks.registry import get_task
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_GRID = ROOT / "ci" / "grids" / "cpu_reproduction.yaml"
 DEFAULT_REPORT = Path("results") / "cpu_reproduction.md"
 SIGNIFICANT = 0.05  # two-sided p below this counts as a difference beyond seed noise
@@ -124,7 +124,7 @@ def chance_level(rows: list[dict], metric: str) -> float | None:
 
 def holm_rejections(p_values: list[float], alpha: float = SIGNIFICANT) -> int:
     """How many tests stay significant under Holm's step-down correction: those whose Holm-adjusted p
-    (`metrics.holm_adjusted`) is below alpha."""
+    (`significance.holm_adjusted`) is below alpha."""
     return sum(p < alpha for p in holm_adjusted(p_values))
 
 
@@ -156,10 +156,10 @@ def verdict(diff: float | None, p: float | None, claimed: float | None = None, p
             detectable: float | None = None, seeds: int = 0, scale: float = 100.0, needed: int | None = None) -> str:
     """One plain sentence on what the paired test says (p: Holm-adjusted), set against what the paper claims
     (claimed: its Δ in points) and what these seeds can detect (detectable: in the metric's units, of which
-    one is `scale` points; needed: how many seeds would detect the claim, `metrics.seeds_to_detect`)."""
+    one is `scale` points; needed: how many seeds would detect the claim, `significance.seeds_to_detect`)."""
     if diff is None or (p is None and pairs < 2):
         return "not tested (fewer than 2 paired seeds)"
-    if p is None:  # every pair equal (metrics.paired_t_test): no spread to test against
+    if p is None:  # every pair equal (significance.paired_t_test): no spread to test against
         return "equal to vanilla on every seed" if diff == 0 else f"{diff:+.4f} on every seed (no spread to test)"
     gain = claimed is not None and claimed > 0
     below = "" if claimed is None or detectable is None or abs(claimed) >= scale * detectable else \
@@ -214,7 +214,7 @@ def analyse(task: str, rows: list[dict], baseline: str = "vanilla") -> dict:
 
 def holm_family(tasks: list[dict]) -> list[dict]:
     """Holm's correction across every test on the tasks the baseline learnt (not at chance level): sets each
-    such test's `p_holm` (`metrics.holm_adjusted`; elsewhere None) and returns the family's tests."""
+    such test's `p_holm` (`significance.holm_adjusted`; elsewhere None) and returns the family's tests."""
     family = [t for a in tasks if not a["at_chance"] for t in a["tests"].values() if t["p_value"] is not None]
     for a in tasks:
         for test in a["tests"].values():
