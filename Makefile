@@ -13,11 +13,11 @@ export HF_DATASETS_OFFLINE ?= 1
 
 .PHONY: install test demo notebooks clean
 
-$(STAMP): requirements.txt pyproject.toml course_lib/runtime/kernel.py
+$(STAMP): requirements.txt pyproject.toml course_lib/kernel.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
-	$(PY) -m course_lib.runtime.kernel install
+	$(PY) -m course_lib.kernel install
 	touch $@
 
 install: $(STAMP)

@@ -10,7 +10,7 @@ import importlib
 import sys
 
 from course_lib.runtime.errors import Parser, UsageError, report_errors
-from course_lib.runtime.fast.allocator import memory_mode
+from course_lib.fast.allocator import memory_mode
 
 _MODEL = {"--model": dict(default=None, help="BERT folder or hub id (default: the packaged MiniLM)")}
 _JSON = {"--json": dict(action="store_true", help="print JSON instead of a markdown table")}
@@ -31,7 +31,7 @@ BENCHES = {
                     "--seq-lens": dict(type=int, nargs="+", default=None, help="the sequence length (default: 64)"),
                     "--repeats": dict(type=int, default=10, help="timed repeats"),
                     "--fast-kernels": dict(action=argparse.BooleanOptionalAction, default=True,
-                                           help="swap the CPU kernels in (runtime.fast.optimize) as training does"),
+                                           help="swap the CPU kernels in (fast.optimize) as training does"),
                     "--epoch-examples": dict(type=int, default=512, help="sentences in the SSA epoch"),
                     "--glue-dir": dict(default=None, help="SST-2 sentences from here (default: $GLUE_DIR, else "
                                                           "data/glue)")}),

@@ -56,8 +56,8 @@ def step_times(steps: int, batch_size: int, seq_len: int) -> dict:
     """In this process: the threads it runs with and the seconds of `steps` training steps after one warm-up."""
     import torch  # loaded already (course_lib.runtime.repro): the process's OpenMP settings were fixed at its start
 
-    from course_lib.runtime.fast import optimize
-    from course_lib.runtime.fast.allocator import keep_freed_memory
+    from course_lib.fast import optimize
+    from course_lib.fast.allocator import keep_freed_memory
     from course_lib.model.weights import load_pretrained
 
     if os.environ.get(FREE_CORES):

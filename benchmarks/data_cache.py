@@ -54,7 +54,7 @@ def build_folder(glue: Path, pairs: int) -> Path:
 def ours(glue: Path) -> dict:
     """finetune's data path up to `data ready`, with the cache $ATTENTION_LAB_CACHE names."""
     started = time.perf_counter()
-    from course_lib.readers.model_folder import load_tokenizer
+    from course_lib.model.model_folder import load_tokenizer
     from course_lib.training.config import FinetuneConfig
     from course_lib.training.finetune import split_features
     from course_lib.training.run import resolve
@@ -70,7 +70,7 @@ def run_glue(glue: Path, cache: Path) -> dict:
     """run_glue's path: the three TSV files through `datasets`' csv builder, then `map` with the tokenizer."""
     started = time.perf_counter()
     import datasets
-    from course_lib.readers.model_folder import default_model_dir, load_tokenizer
+    from course_lib.model.model_folder import default_model_dir, load_tokenizer
     datasets.disable_progress_bars()
     tokenizer = load_tokenizer(default_model_dir())
     imported = time.perf_counter()

@@ -20,7 +20,7 @@ from torch import nn
 
 from course_lib.methods.registry import METHODS, Method, register
 from course_lib.model.heads import ClassifierOutput
-from course_lib.readers.model_folder import resolve_model_dir
+from course_lib.model.model_folder import resolve_model_dir
 from course_lib.runtime.errors import UsageError, choice_error
 from course_lib.tasks.batching import subsample
 from course_lib.tasks.multiple_choice import MULTIPLE_CHOICE

@@ -76,7 +76,7 @@ def vocabulary(size: int) -> list[str]:
     about as BERT's own vocabulary cuts them (not letter by letter) and a notebook's check on a word ('funny')
     finds it whole; the rest is filled with [unusedN] as BERT's own vocabulary is.
     """
-    from course_lib.readers.model_folder import default_model_dir
+    from course_lib.model.model_folder import default_model_dir
 
     with contextlib.suppress(UsageError, OSError):
         words = (default_model_dir() / "vocab.txt").read_text(encoding="utf-8").splitlines()

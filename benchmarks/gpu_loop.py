@@ -69,7 +69,7 @@ def sst2_batches(glue_dir: Path, model_dir: Path, count: int, graphs: bool, seed
     to each batch's longest; under `graphs` to the next fixed length), so the step alone sees the loop's shapes."""
     import random
 
-    from course_lib.readers.model_folder import load_tokenizer
+    from course_lib.model.model_folder import load_tokenizer
     from course_lib.runtime.compiled import pad_batch
 
     batch, max_len = PAPER_SHAPE
@@ -113,7 +113,7 @@ def training_step(model, device, batches: list[dict], call):
 
 
 def ours_step_seconds(model_dir: Path, device, compile: str, batches: list[dict], steps: int) -> float:
-    from course_lib.runtime.fast import optimize
+    from course_lib.fast import optimize
     from course_lib.model.heads import SequenceClassifier
     from course_lib.model.weights import load_pretrained
     from course_lib.runtime.compiled import compile_modules
@@ -188,7 +188,7 @@ def loop_section(model_dir: Path, generated_glue: Path, work: Path, device, shap
                  modes: tuple[str, ...] | None = None) -> dict:
     """Each compile setting's step alone and loop (default: all three on a GPU, `off` on a CPU); Hugging Face's
     steps; shares of the measured matmul rate. The large batch runs under the last setting."""
-    from course_lib.readers.model_folder import read_model_config
+    from course_lib.model.model_folder import read_model_config
 
     on_gpu = device.type == "cuda"
     modes = modes or (("off", "default", "graphs") if on_gpu else ("off",))

@@ -3,7 +3,7 @@
 loss, backward) and an inference pass.
 
 Contestants run interleaved in one process, the order rotated each round; ratios are taken within each round
-(see `timing.interleaved`). "ours" has the fast CPU kernels swapped in (`course_lib.runtime.fast.optimize`), "plain" is
+(see `timing.interleaved`). "ours" has the fast CPU kernels swapped in (`course_lib.fast.optimize`), "plain" is
 the model as written.
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ import torch
 from course_lib.notebook.timing import interleaved, ratio_summary
 from course_lib.model.heads import SpanHead, TokenClassifier
 from course_lib.model.weights import load_pretrained
-from course_lib.readers.model_folder import resolve_model_dir
-from course_lib.runtime.fast import optimize
+from course_lib.model.model_folder import resolve_model_dir
+from course_lib.fast import optimize
 
 
 def _span_labels(batch_size: int, seq_len: int, num_labels: int) -> torch.Tensor:

@@ -7,7 +7,7 @@ encodes it, shuffled batches padded to their longest row (finetune's default: no
 BERT's parameter groups, `loop.guarded_step` with the clip at 1.0, dropout on; then a few evaluation batches
 without gradients. Each run is a fresh process, since peak resident memory (`ru_maxrss`) is a process's lifetime
 high and malloc's settings are process-wide; each runs under both settings of `ATTENTION_LAB_KEEP_FREED_MEMORY`
-(`course_lib.runtime.fast.allocator`). The table gives the peaks, their ratio, and the median step time, which shows
+(`course_lib.fast.allocator`). The table gives the peaks, their ratio, and the median step time, which shows
 what keeping freed memory buys.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from course_lib.runtime.fast.allocator import SETTING, auto_keeps, keep_freed_memory
+from course_lib.fast.allocator import SETTING, auto_keeps, keep_freed_memory
 from course_lib.runtime.repro import progress
 
 ROOT = Path(__file__).resolve().parents[1]  # `-m benchmarks.X` runs from the repository root
@@ -71,10 +71,10 @@ def _features(case: str, tokenizer, max_len: int) -> tuple[list[dict], object]:
 
 def _models(case: str, who: str, model_name):
     """(model, loss function of a batch): ours as finetune builds it (fast kernels in), or transformers'."""
-    from course_lib.runtime.fast import optimize
+    from course_lib.fast import optimize
     from course_lib.model.heads import SequenceClassifier, SpanHead
     from course_lib.model.weights import load_pretrained
-    from course_lib.readers.model_folder import resolve_model_dir
+    from course_lib.model.model_folder import resolve_model_dir
 
     if who == "ours":
         encoder = optimize(load_pretrained(model_name)[0])
@@ -97,7 +97,7 @@ def run_one(case: str, who: str, steps: int, eval_batches: int, model_name=None)
     """One training run in this process: `steps` steps, then `eval_batches` without gradients; its peak."""
     from accelerate import Accelerator
 
-    from course_lib.readers.model_folder import load_tokenizer, resolve_model_dir
+    from course_lib.model.model_folder import load_tokenizer, resolve_model_dir
     from course_lib.runtime.repro import seed_everything
     from course_lib.tasks.batching import epoch_batches
     from course_lib.training.loop import guarded_step, param_groups

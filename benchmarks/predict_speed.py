@@ -16,8 +16,8 @@ import torch
 from course_lib.notebook.timing import interleaved, machine_load, ratio_summary
 from course_lib.readers import local_data
 from course_lib.runtime.errors import UsageError
-from course_lib.runtime.export import EXPORT_DIR, export_run
-from course_lib.runtime.predict import predict_file
+from course_lib.training.export import EXPORT_DIR, export_run
+from course_lib.training.predict import predict_file
 from course_lib.tasks import glue
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune

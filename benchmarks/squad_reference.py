@@ -22,7 +22,7 @@ from course_lib.methods.registry import METHODS, Method, register
 from course_lib.model.heads import ClassifierOutput, SpanHead
 from course_lib.readers import local_data
 from course_lib.readers import squad_json
-from course_lib.readers.model_folder import resolve_model_dir
+from course_lib.model.model_folder import resolve_model_dir
 from course_lib.runtime.errors import UsageError
 from course_lib.tasks import squad
 from course_lib.tasks.batching import subsample

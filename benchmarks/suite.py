@@ -26,9 +26,9 @@ import torch
 from benchmarks.head_speed import format_head_speed, span_speed, tagging_speed
 from course_lib.notebook.timing import interleaved, machine_load, ratio_summary, timed
 from course_lib.model.weights import load_pretrained
-from course_lib.readers.model_folder import resolve_model_dir
-from course_lib.runtime.fast import optimize
-from course_lib.runtime.fast.allocator import keep_freed_memory
+from course_lib.model.model_folder import resolve_model_dir
+from course_lib.fast import optimize
+from course_lib.fast.allocator import keep_freed_memory
 from course_lib.runtime.repro import progress
 
 
@@ -143,7 +143,7 @@ def format_speed(results: dict) -> str:
              f"({results['threads']} threads); batch {results['batch_size']}",
              "ours: every position of every layer, as HF; [CLS]: the last layer computes [CLS] alone "
              "(the encoder's cls_only, what the classification heads use); all give HF's pooler_output. "
-             "ours = with fast kernels (course_lib.runtime.fast.optimize), plain = the plain PyTorch reading path",
+             "ours = with fast kernels (course_lib.fast.optimize), plain = the plain PyTorch reading path",
              "| L | mode | ours s | ours [CLS] s | plain [CLS] s | HF sdpa s | HF eager s | ours vs sdpa "
              "| ours [CLS] vs sdpa | plain [CLS] vs sdpa | ours GFLOP/s | of peak |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]

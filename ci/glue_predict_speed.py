@@ -11,7 +11,7 @@ from pathlib import Path
 
 from course_lib.lab.glue_submission import predict_rows
 from course_lib.lab.glue_test_splits import TEST_SPLITS, read_test
-from course_lib.runtime.predict import predict_file
+from course_lib.training.predict import predict_file
 
 
 def main(run: Path, repeats: int = 10) -> None:

@@ -1,5 +1,5 @@
 import sys
 
-from course_lib.runtime.cli import main
+from course_lib.cli import main
 
 sys.exit(main())

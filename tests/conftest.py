@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from course_lib.readers import local_data
-from course_lib.readers.model_folder import default_model_dir
+from course_lib.model.model_folder import default_model_dir
 from sentiment_words import BAD, FILLER, GOOD
 
 # The tests' encoded splits go to a cache of their own (each pytest process one), not the user's; runs started in

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.runtime.fast.allocator import SETTING
+from course_lib.fast.allocator import SETTING
 
 ROOT = Path(__file__).resolve().parents[1]
 glibc_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's; others untouched")
 
 STEPS = """
 import resource, sys, torch
-from course_lib.runtime.fast.allocator import keep_freed_memory
+from course_lib.fast.allocator import keep_freed_memory
 def minflt():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 width = int(sys.argv[1])  # activations (width, width) float32: 16 MiB at 2048, 64 MiB at 4096
@@ -71,7 +71,7 @@ def test_by_default_malloc_keeps_freed_memory_only_for_small_attention_maps(batc
     """auto: SQuAD's 16 x 384 (113 MiB maps) leaves malloc alone, SST-2's 32 x 128 keeps; a non-training call,
     nothing."""
     env = {k: v for k, v in os.environ.items() if k != SETTING}
-    script = ("from course_lib.runtime.fast.allocator import keep_freed_memory; "
+    script = ("from course_lib.fast.allocator import keep_freed_memory; "
               f"print(keep_freed_memory({batch_size}, {max_len}))")
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
     if sys.platform.startswith("linux") or kept == "False":

@@ -16,8 +16,8 @@ from course_lib.lab import notebooks
 import benchmarks.__main__ as bench_command
 from course_lib.model.config import BertConfig, check_mixed_precision
 from course_lib.model.weights import check_fits_model
-from course_lib.readers.model_folder import default_model_dir
-from course_lib.runtime import cli
+from course_lib.model.model_folder import default_model_dir
+from course_lib import cli
 from course_lib.runtime.errors import UsageError, yaml_float_hint
 from course_lib.runtime.validated import field_docs
 from course_lib.tasks.glue import GLUE_TASKS
@@ -269,7 +269,7 @@ def test_a_training_command_loads_only_its_runs_method_and_family_and_help_loads
     never ASA, SSAF or SQuAD's reader; only --help lists (and so loads) them all."""
     watched = ["course_lib.methods.asa", "course_lib.methods.ssaf", "course_lib.methods.ssa",
                "course_lib.tasks.squad", "course_lib.tasks.tagging", "course_lib.tasks.sentence"]
-    code = ("import json, sys\nfrom course_lib.runtime import cli\n"
+    code = ("import json, sys\nfrom course_lib import cli\n"
             "seen = []\ncli._train = lambda command, cfg: seen.append(cfg.options.ssa_target_weight) or {}\n"
             "cli.keep_freed_memory = lambda *args: None\n"
             "cli.run(sys.argv[1:])\n"

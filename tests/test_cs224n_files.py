@@ -9,7 +9,7 @@ import random
 import pytest
 
 from course_lib.readers import cs224n
-from course_lib.runtime import cli
+from course_lib import cli
 from course_lib.runtime.errors import UsageError
 from course_lib.tasks import sentence
 from course_lib.tasks.registry import every_task, get_task, run_task

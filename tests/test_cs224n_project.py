@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from course_lib.model.pair_heads import SeparatePairClassifier, encode_separately, split_packed_pair
 from course_lib.model.weights import load_pretrained
 from course_lib.readers import cs224n
-from course_lib.runtime import cli
+from course_lib import cli
 from course_lib.runtime.repro import seed_everything
 from course_lib.tasks import sentence
 from course_lib.teaching import cs224n_project

@@ -1,7 +1,7 @@
 """The 16-bit dropout: the right drop rate, an unbiased expectation, the usual gradient."""
 import torch
 
-from course_lib.runtime.fast.dropout import Dropout, dropout
+from course_lib.fast.dropout import Dropout, dropout
 
 
 def test_drop_rate_and_expectation():

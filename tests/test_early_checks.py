@@ -13,8 +13,8 @@ import yaml
 
 from course_lib.lab import sweep, sweep_cli
 from course_lib.model.weights import check_model
-from course_lib.readers.model_folder import read_checkpoint, read_model_config
-from course_lib.runtime import cli
+from course_lib.model.model_folder import read_weights, read_model_config
+from course_lib import cli
 from course_lib.runtime import repro
 from course_lib.runtime.errors import UsageError
 from course_lib.training import finetune as train
@@ -170,7 +170,7 @@ def test_a_damaged_pytorch_bin_or_config_is_a_usage_error(tiny_model_dir, tmp_pa
     (folder / "model.safetensors").unlink()
     (folder / "pytorch_model.bin").write_bytes(content)
     with pytest.raises(UsageError, match=r"pytorch_model.bin is not a readable checkpoint \(\w+"):
-        read_checkpoint(folder)
+        read_weights(folder)
     (folder / "config.json").write_text('{"hidden_size": 32,')
     with pytest.raises(UsageError, match=r"config.json is not a readable BERT config \(JSONDecodeError: "):
         read_model_config(folder)

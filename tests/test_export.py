@@ -11,9 +11,9 @@ import pytest
 import torch
 import transformers
 
-from course_lib.runtime import cli
+from course_lib import cli
 from course_lib.runtime.errors import UsageError
-from course_lib.runtime.export import EXPORT_DIR, export_run
+from course_lib.training.export import EXPORT_DIR, export_run
 from course_lib.runtime.repro import METRICS
 from course_lib.tasks.registry import get_family, run_task
 from course_lib.training.config import FinetuneConfig

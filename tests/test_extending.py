@@ -15,7 +15,7 @@ import yaml
 from course_lib.lab import notebooks, sweep
 from course_lib.methods.registry import METHODS
 from course_lib.notebook import params as notebook_params
-from course_lib.runtime import cli
+from course_lib import cli
 from course_lib.tasks.registry import FAMILIES, TASKS
 from course_lib.training import finetune as finetune_module
 from course_lib.training.config import FinetuneConfig

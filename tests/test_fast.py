@@ -8,9 +8,9 @@ from torch import nn
 
 from course_lib.model.heads import SequenceClassifier
 from course_lib.model.weights import load_pretrained
-from course_lib.runtime.fast import optimize
-from course_lib.runtime.fast.dropout import Dropout
-from course_lib.runtime.fast.linear import Linear
+from course_lib.fast import optimize
+from course_lib.fast.dropout import Dropout
+from course_lib.fast.linear import Linear
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
 

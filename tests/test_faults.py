@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from course_lib.runtime import cli
+from course_lib import cli
 from course_lib.runtime import run_folder
 from course_lib.runtime.errors import RunFailed
 from course_lib.runtime.repro import atomic_write, save_torch

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from course_lib.readers.choice_files import ChoiceQuestion
-from course_lib.readers.model_folder import load_tokenizer
-from course_lib.runtime import cli
+from course_lib.model.model_folder import load_tokenizer
+from course_lib import cli
 from course_lib.tasks import batching, feature_cache, multiple_choice, sentence
 from course_lib.tasks.feature_cache import EncodedSplit
 from course_lib.training.config import FinetuneConfig

@@ -20,7 +20,7 @@ from course_lib.lab.glue_submission import check_zip, write_submission
 from course_lib.lab.glue_test_splits import TEST_SPLITS, read_test
 from course_lib.readers import glue_files
 from course_lib.runtime.errors import UsageError
-from course_lib.runtime.predict import predict_file
+from course_lib.training.predict import predict_file
 from course_lib.tasks import glue
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_gpu_check_runs_end_to_end_on_cpu(tmp_path):
     """As on a GPU image, which lacks the default model's package: a module of that name with no folder
     hides it, so every notebook must take its tokenizer from the preset's model, not the package."""
-    from course_lib.readers.model_folder import DEFAULT_MODEL_PACKAGE
+    from course_lib.model.model_folder import DEFAULT_MODEL_PACKAGE
 
     hide = tmp_path / "hide"
     hide.mkdir()
@@ -31,7 +31,7 @@ def test_gpu_check_runs_end_to_end_on_cpu(tmp_path):
                            "--work-dir", str(tmp_path)], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((tmp_path / "report.json").read_text())
-    from course_lib.readers.model_folder import default_model_dir
+    from course_lib.model.model_folder import default_model_dir
 
     packaged = (default_model_dir() / "vocab.txt").read_text().split()  # visible here, hidden from the check
     assert (tmp_path / "bert-tiny-random" / "vocab.txt").read_text().split() != packaged  # so it made its own
@@ -93,7 +93,7 @@ def test_generated_vocabulary_keeps_the_shipped_words_whole(monkeypatch):
     lengths would be those of another tokenizer, and notebook 01's check of the word 'funny' would find no token."""
     import transformers
 
-    from course_lib.readers import model_folder
+    from course_lib.model import model_folder
     from course_lib.runtime.errors import UsageError
 
     def absent():

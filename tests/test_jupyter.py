@@ -1,4 +1,4 @@
-"""What a student sees in JupyterLab: the attention-lab kernel (course_lib.runtime.kernel), JupyterLab's defaults for
+"""What a student sees in JupyterLab: the attention-lab kernel (course_lib.kernel), JupyterLab's defaults for
 the course environment, progress bars whose saved form is their last state, and figures scaled to what they show."""
 import json
 import os
@@ -11,7 +11,7 @@ from nbclient import NotebookClient
 
 from course_lib.notebook import plots
 from course_lib.notebook.params import NOTEBOOK_DIR, notebook_names
-from course_lib.runtime import kernel
+from course_lib import kernel
 from course_lib.runtime.openmp import SPIN_COUNT, WAIT_POLICY
 
 LAB_SCHEMAS = Path(sys.prefix) / "share" / "jupyter" / "lab" / "schemas"
@@ -21,7 +21,7 @@ def test_install_writes_the_kernel_spec_and_valid_lab_overrides(tmp_path):
     spec_file, overrides_file = kernel.install(prefix=str(tmp_path))
     spec = json.loads(spec_file.read_text())
     assert spec["display_name"] == "attention-lab" and spec["argv"][0] == sys.executable
-    assert spec["argv"][-4:] == ["-m", "course_lib.runtime.kernel", "-f", "{connection_file}"]
+    assert spec["argv"][-4:] == ["-m", "course_lib.kernel", "-f", "{connection_file}"]
     overrides = json.loads(overrides_file.read_text())
     assert overrides_file == tmp_path / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
     for plugin, settings in overrides.items():  # every key is a real setting of the installed JupyterLab

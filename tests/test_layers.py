@@ -1,10 +1,9 @@
 """The import contract of `course_lib`: layers import downwards only, and no modules import each other in a circle.
 
-The layers, lowest first (STRUCTURE.md explains each). A module may import its own layer and the ones below it.
-Function-local imports count too: a late import hides a dependency from the reader, it does not remove it.
-The layers are not the folders: `course_lib.runtime` (entry points, run files, CPU kernels, compile, trackers, export,
-predict) has modules on several layers, each named by its own name below. Nothing below `lab` imports the lab
-(grids, sweeps, the archive, reports, benchmarks, the GPU check).
+Each folder is one layer (STRUCTURE.md explains each), lowest first below; a module may import its own folder and
+the ones below it. The modules at the package's root (the command line, the kernel, `__main__`, the package's
+lazy `__init__`) are the top. Function-local imports count too: a late import hides a dependency from the reader,
+it does not remove it. Nothing below `lab` imports the lab (grids, sweeps, collect, the GLUE zip).
 """
 from __future__ import annotations
 
@@ -14,19 +13,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = (
-    {"runtime", "runtime.errors", "runtime.repro", "runtime.openmp", "runtime.compiled", "runtime.tracking",
-     "runtime.validated", "runtime.registry", "runtime.run_folder"},  # the shared base: one-line errors, seeding,
-    #   atomic writes, progress bars, OpenMP's wait policy, compile and trackers (the loop's options), the config
-    #   framework, the registry type, a run folder's lock and checkpoint
-    {"model", "readers.model_folder"},  # plain PyTorch BERT; the files of the model folder it loads
-    {"runtime.fast"},  # CPU kernels swapped into a model
-    {"tasks", "readers"},  # the task families; the files their presets read
-    {"methods"},
-    {"training", "runtime.export"},  # the loop and the jobs; a finished run as a Hugging Face folder (`export`)
-    {"notebook", "runtime.predict", "teaching"},  # a notebook's parameter check and figures, a finished run's model
-    #   on new rows, the assignment and the CS224N project
-    {"lab"},  # the research machinery: not the lesson
-    {"runtime.cli", "__main__", "runtime.kernel"},  # the command line, the kernel
+    "runtime",  # the shared base: one-line errors, seeding, atomic writes, progress bars, OpenMP's wait policy,
+    #   compile and trackers (the loop's options), the config framework, the registry type, a run folder's lock
+    "model",  # plain PyTorch BERT, and the model folder it loads
+    "fast",  # CPU kernels swapped into a model
+    "readers",  # the files a preset reads, and what they hold
+    "tasks",  # the task families and their presets
+    "methods",
+    "training",  # the loop, the jobs, and a finished run exported or predicting
+    ("notebook", "teaching"),  # a notebook's parameter check and figures; the assignment and the CS224N project
+    "lab",  # the research machinery: not the lesson
+    "",  # the package's root: the command line, the kernel, __main__
 )
 
 
@@ -52,16 +49,14 @@ def import_graph(package_dir: Path) -> dict[str, set[str]]:
 
 
 def layer(module: str) -> int:
-    """The layer index of a module, by its first name below the package (a runtime module by its own name); a name in
-    no layer is an error."""
+    """The layer index of a module, by its folder alone (the package's root: ""); a folder in no layer is an error."""
     parts = module.split(".")
-    if len(parts) == 1:  # the package's __init__, which imports lazily from anywhere: the top
-        return len(LAYERS) - 1
-    for name in (".".join(parts[1:3]), parts[1]):  # a runtime module by its own name, the rest by their folder
-        for index, names in enumerate(LAYERS):
-            if name in names:
-                return index
-    raise AssertionError(f"{module} belongs to no layer: add `{parts[1]}` to LAYERS in {Path(__file__).name} "
+    folders = {name: index for index, names in enumerate(LAYERS)
+               for name in ((names,) if isinstance(names, str) else names)}
+    folder = parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in folders) else ""  # a folder's __init__
+    if folder in folders:
+        return folders[folder]
+    raise AssertionError(f"{module} belongs to no layer: add its folder `{folder}` to LAYERS in {Path(__file__).name} "
                          f"and to STRUCTURE.md")
 
 
@@ -135,11 +130,12 @@ def test_a_module_outside_every_layer_is_named(tmp_path):
     copy = tmp_path / "course_lib"
     copy.mkdir()
     (copy / "__init__.py").write_text("")
-    (copy / "helpers.py").write_text("from course_lib import model\n")
+    (copy / "helpers").mkdir()
+    (copy / "helpers" / "tools.py").write_text("from course_lib import model\n")
     (copy / "model.py").write_text("")
     try:
         upward_imports(import_graph(copy))
     except AssertionError as err:
-        assert "course_lib.helpers belongs to no layer" in str(err)
+        assert "course_lib.helpers.tools belongs to no layer" in str(err)
     else:
         raise AssertionError("a module in no layer was accepted")

@@ -3,8 +3,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.runtime.fast import linear
-from course_lib.runtime.fast.linear import Linear
+from course_lib.fast import linear
+from course_lib.fast.linear import Linear
 
 needs_onednn = pytest.mark.skipif(linear._onednn is None, reason="this PyTorch has no oneDNN linear")
 

@@ -174,7 +174,7 @@ def test_a_fine_tuning_run_imports_only_its_own_methods_module():
     """`finetune --method ssa-co` as the command line resolves it: SSA's module, no other method's, and not AG's,
     which the pre-training registry (imported by every run's configuration) builds only when asked."""
     watched = ["course_lib.methods.ssa", "course_lib.methods.asa", "course_lib.methods.ssaf", "course_lib.methods.ag"]
-    code = ("import json, sys\nfrom course_lib.runtime import cli\n"
+    code = ("import json, sys\nfrom course_lib import cli\n"
             "cli._train = lambda command, cfg: {}\ncli.keep_freed_memory = lambda *args: None\n"
             "cli.run(sys.argv[1:])\n"
             f"print(json.dumps([m for m in {watched!r} if m in sys.modules]))\n")

@@ -18,8 +18,8 @@ from course_lib.model.heads import MultipleChoiceHead
 from course_lib.model.weights import load_pretrained
 from course_lib.readers import choice_files
 from course_lib.readers.choice_files import ChoiceQuestion
-from course_lib.readers.model_folder import load_tokenizer
-from course_lib.runtime import cli
+from course_lib.model.model_folder import load_tokenizer
+from course_lib import cli
 from course_lib.runtime.errors import UsageError
 from course_lib.tasks import multiple_choice as mc
 from course_lib.tasks.registry import get_family, get_task, run_task

@@ -8,7 +8,7 @@ import pytest
 import torch
 from sentiment_words import BAD, FILLER, GOOD
 
-from course_lib.runtime import cli
+from course_lib import cli
 from course_lib.runtime.errors import UsageError
 from course_lib.training import loop
 from course_lib.training import multitask

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.runtime import cli
-from course_lib.runtime import predict as predict_module
+from course_lib import cli
+from course_lib.training import predict as predict_module
 from course_lib.runtime.errors import UsageError
-from course_lib.runtime.predict import predict_file
+from course_lib.training.predict import predict_file
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import finetune
 

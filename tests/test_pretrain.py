@@ -9,7 +9,7 @@ import torch
 from course_lib.model.config import BertConfig
 from course_lib.readers import local_data
 from course_lib.readers.squad_json import write_article_split
-from course_lib.runtime import cli
+from course_lib import cli
 from course_lib.runtime.errors import RunFailed, UsageError
 from course_lib.training import loop as loop_module
 from course_lib.training.config import FinetuneConfig, PretrainConfig
@@ -219,7 +219,7 @@ def test_the_vocabulary_comes_from_any_bert_folder_without_the_default_model_pac
     """A GPU image without the MiniLM package (or a user with another vocabulary) pre-trains with --tokenizer: a
     folder holding only a tokenizer's files; the exported model carries that vocabulary. Without it, the missing
     package is one line naming the option, before any file is written."""
-    from course_lib.readers import model_folder
+    from course_lib.model import model_folder
 
     vocab = tmp_path / "vocab_only"
     vocab.mkdir()

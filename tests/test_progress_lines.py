@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from course_lib.lab import sweep_slurm
-from course_lib.lab.sweep import LOG, RUN, Run
+from course_lib.lab.sweep import LOG, RUN, GridRun
 from course_lib.runtime import repro
 from course_lib.runtime.errors import UsageError
 from course_lib.training.config import FinetuneConfig
@@ -91,7 +91,7 @@ def test_status_shows_a_running_runs_last_progress_line(tmp_path):
     (folder / RUN).write_text(json.dumps({"status": "running", "job_id": "7_0"}))
     (folder / LOG).write_text("=== attempt 1\ndata ready: read 1.0 s, encoded 2.0 s (9 training and 3 dev examples)"
                               "\nstep 5/36 epoch 1 loss 0.693 lr 1.0e-04 2.5 steps/s ETA 12s\nsome warning\n")
-    run = Run("seed=0", FinetuneConfig(output_dir=str(folder)))
+    run = GridRun("seed=0", FinetuneConfig(output_dir=str(folder)))
     state = sweep_slurm.run_state(run, {"7_0": "RUNNING"})
     assert state == ("running", "7_0", "running; step 5/36 epoch 1 loss 0.693 lr 1.0e-04 2.5 steps/s ETA 12s")
     (folder / LOG).write_text("=== attempt 1\ndata ready: read 1.0 s, encoded 2.0 s (9 training and 3 dev examples)\n")

@@ -14,7 +14,7 @@ from benchmarks import reproduce
 from benchmarks.__main__ import main as bench
 from course_lib.lab import collect, sweep
 from course_lib.methods.registry import get_method
-from course_lib.runtime import cli
+from course_lib import cli
 from course_lib.runtime.errors import UsageError
 from course_lib.lab import significance as metrics
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import benchmarks.__main__ as bench_command
-from course_lib.runtime import cli
+from course_lib import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "results").glob("*.md"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from collections import Counter
 
-from course_lib.readers import model_folder
+from course_lib.model import model_folder
 from course_lib.runtime.registry import Registry
 from course_lib.training.config import FinetuneConfig, MultitaskConfig
 from course_lib.training.finetune import finetune

@@ -13,7 +13,7 @@ import pytest
 
 from course_lib.methods.registry import get_method
 from course_lib.readers import sentence_files
-from course_lib.runtime import cli
+from course_lib import cli
 from course_lib.runtime.errors import UsageError
 from course_lib.tasks import batching, glue
 from course_lib.tasks.registry import get_task, run_task

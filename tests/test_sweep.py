@@ -16,7 +16,7 @@ import yaml
 from course_lib.lab import collect
 from course_lib.lab import sweep, sweep_cli
 from course_lib.methods.asa import ASAOptions
-from course_lib.runtime.cli import build_parser
+from course_lib.cli import build_parser
 from course_lib.training.config import FinetuneConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -336,7 +336,7 @@ def test_collector_mean_and_sample_std_over_seeds(tmp_path, capsys):
 
 def test_the_sweep_summary_line_carries_a_runs_warnings(tmp_path):
     """A run that learnt nothing is complete, but its line in the sweep's output says what its metrics.json says."""
-    run = sweep.Run("seed=0", FinetuneConfig(output_dir=str(tmp_path / "seed=0")))
+    run = sweep.GridRun("seed=0", FinetuneConfig(output_dir=str(tmp_path / "seed=0")))
     write_metrics(run.folder, "mrpc", {"dev": {"accuracy": 0.665, "f1": 0.799}})
     assert sweep.dev_summary(run) == "dev accuracy 66.50, dev f1 79.90"  # in points, as the results tables
     metrics = json.loads((run.folder / "metrics.json").read_text())

@@ -14,7 +14,7 @@ import transformers
 
 from course_lib.model.heads import IGNORE_INDEX
 from course_lib.readers import conll, local_data, sources
-from course_lib.runtime import cli
+from course_lib import cli
 from course_lib.runtime.errors import UsageError
 from course_lib.tasks import tagging
 from course_lib.tasks.registry import get_task, run_task

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from course_lib.methods.registry import get_method
-from course_lib.runtime.cli import main
+from course_lib.cli import main
 from course_lib.runtime.errors import UsageError
 from course_lib.runtime.validated import Validated, described, positive
 from course_lib.tasks import glue, sentence

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from course_lib.methods.registry import METHODS, Method, register
-from course_lib.runtime.cli import main
+from course_lib.cli import main
 from course_lib.runtime.validated import Validated, described, unit_interval
 from course_lib.tasks.sentence import plain_head
 

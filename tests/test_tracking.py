@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from course_lib.runtime import cli
+from course_lib import cli
 from course_lib.runtime import tracking
 from course_lib.runtime.errors import UsageError
 from course_lib.runtime.repro import METRICS

@@ -130,7 +130,7 @@ def test_nonfinite_loss_stops_and_keeps_the_checkpoint(tiny_model_dir, keyword_g
 def test_bad_input_is_one_line_and_exit_2(args, message, capsys, monkeypatch):
     """The command's own entry point in this process (a fresh process costs seconds per case: the one below),
     refused before it touches this process's malloc or starts a run."""
-    from course_lib.runtime import cli
+    from course_lib import cli
 
     def started(*args, **kwargs):
         raise AssertionError("the command went past its checks")
@@ -282,7 +282,7 @@ def test_max_grad_norm_is_the_global_norm_of_the_gradient_adamw_steps_with(max_g
     from accelerate import Accelerator
     from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-    from course_lib.runtime import cli
+    from course_lib import cli
     from course_lib.training import finetune as finetune_module
 
     real_loss, real_prepare, real_backward = (finetune_module.batch_loss, Accelerator.prepare,

@@ -8,7 +8,7 @@ import pickle
 import pytest
 import torch
 
-from course_lib.runtime import cli
+from course_lib import cli
 
 
 class Planted:

@@ -173,7 +173,7 @@ def tsv_text(indices: list[int], values: list[str]) -> str:
 
 def predict_rows(folder: Path, names: list[str], tests: dict, batch_size: int | None) -> dict[str, list[str]]:
     """One run's model on its test splits, loaded once, through `predict`'s own code (`Predictor`)."""
-    from course_lib.runtime.predict import Predictor
+    from course_lib.training.predict import Predictor
 
     predictor = Predictor(folder, batch_size)
     return {name: [submission_value(predictor.task, row)

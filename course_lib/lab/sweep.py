@@ -73,7 +73,10 @@ GRID_KEYS = ("base", "command", "grid", "exclude", "task_overrides", "notebook_o
 
 
 @dataclasses.dataclass(frozen=True)
-class Run:
+class GridRun:
+    """One run of a grid: its folder's name and its config (a fine-tuning run's resolved names are
+    `training.run.Run`)."""
+
     name: str  # folder name, from the grid values: 'task=sst2,seed=0'
     config: FinetuneConfig | NotebookRun  # output_dir is the run's folder
 
@@ -167,7 +170,7 @@ def read_grid_file(path: Path) -> dict:
     return raw
 
 
-def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
+def load_grid(path: str | Path, output_dir: str | Path) -> list[GridRun]:
     """The grid file's runs, validated, in its order (first list outermost: a baseline listed first runs first)."""
     path = Path(path)
     raw = read_grid_file(path)
@@ -217,7 +220,7 @@ def load_grid(path: str | Path, output_dir: str | Path) -> list[Run]:
         key = values.get(field, base.get(field))
         config = {**base, **overrides.get(key, {}), **values,
                   "output_dir": str(Path(output_dir) / name)}
-        runs[name] = Run(name, _config(path, f"run {name}", config, kind))
+        runs[name] = GridRun(name, _config(path, f"run {name}", config, kind))
     return list(runs.values())
 
 
@@ -279,12 +282,12 @@ def _task_overrides(path: Path, raw: dict, kind, grid: dict) -> dict:
     return overrides
 
 
-def _estimate_key(run: Run) -> str:
+def _estimate_key(run: GridRun) -> str:
     """What a mapping of gpu_hours is keyed by: a notebook run's notebook, a fine-tuning run's task."""
     return run.config.notebook if isinstance(run.config, NotebookRun) else run.config.task
 
 
-def gpu_hours(grid_file: str | Path, runs: list[Run]) -> float | None:
+def gpu_hours(grid_file: str | Path, runs: list[GridRun]) -> float | None:
     """The grid file's estimate of GPU hours for these runs, or None when it gives none.
 
     `gpu_hours:` is either one number per run, or a mapping from notebook name (a fine-tuning grid: task name)
@@ -316,7 +319,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 # Run folders
 
 
-def run_status(run: Run) -> str:
+def run_status(run: GridRun) -> str:
     """complete (its metrics.json says so), failed (its last attempt failed) or todo (new or unfinished)."""
     if read_json(run.folder / METRICS).get("status") == "complete":
         return "complete"
@@ -328,7 +331,7 @@ def _saved_setting(saved: dict, k: str) -> str:
     return f"{k}={saved[k]!r}" if k in saved else f"no {k} (saved by an older version)"
 
 
-def check_same_config(run: Run) -> None:
+def check_same_config(run: GridRun) -> None:
     """Refuse a folder that holds another configuration's run (the grid file's base changed, say).
 
     The comparison is strict (`first_difference`): a field the saved config lacks differs, since every file the
@@ -376,7 +379,7 @@ except (OSError, AttributeError):
     _PRCTL = None
 
 
-def execute(run: Run, lock_fd: int, timeout: float | None, stop: ForwardedStop | None = None,
+def execute(run: GridRun, lock_fd: int, timeout: float | None, stop: ForwardedStop | None = None,
             processes: int = 1) -> dict:
     """Run one child to its end; return the run.json record, also written to the run folder. `stop`: an array
     task's signal forwarding (`slurm.ForwardedStop`), told the child's pid."""
@@ -444,7 +447,7 @@ def _ending(code: int, complete: bool, timed_out_after: float | None, said_why: 
     return [f"exit code {code}"] if not complete and not said_why else []
 
 
-def _mark_complete(run: Run) -> None:
+def _mark_complete(run: GridRun) -> None:
     """A run that finished while its sweep was being killed: tidy its folder and record it as complete."""
     remove_stale_temporaries(run.folder)
     record = read_json(run.folder / RUN)
@@ -460,7 +463,7 @@ def one_line(error: str | None) -> str:
     return lines[-1].strip() if lines else "no error message"
 
 
-def dev_summary(run: Run) -> str:
+def dev_summary(run: GridRun) -> str:
     """The run's dev metrics in one line (scores in points), with its warnings (all predictions one class, say)
     after them."""
     metrics = read_json(run.folder / METRICS)
@@ -471,7 +474,7 @@ def dev_summary(run: Run) -> str:
     return scores + "".join(f"  (warning: {line})" for line in metrics.get("warnings") or [])
 
 
-def check_before_running(output_dir: Path, todo: list[Run]) -> None:
+def check_before_running(output_dir: Path, todo: list[GridRun]) -> None:
     """Find, before the first child starts, what would otherwise fail every child after its data and model
     are loaded: an output folder that cannot be written, a model whose checkpoint, config or tokenizer is
     damaged (each model of the grid read once)."""
@@ -484,7 +487,7 @@ def check_before_running(output_dir: Path, todo: list[Run]) -> None:
 # The sweep
 
 
-def _list_runs(grid_file: str | Path, output_dir: Path, mine: list[Run], status: dict[str, str], part: str) -> int:
+def _list_runs(grid_file: str | Path, output_dir: Path, mine: list[GridRun], status: dict[str, str], part: str) -> int:
     """The dry run: each run's status, the tally and the grid file's GPU-hour estimate; nothing is written."""
     for run in mine:
         print(f"{status[run.name]:<8}  {run.name}")
@@ -497,7 +500,7 @@ def _list_runs(grid_file: str | Path, output_dir: Path, mine: list[Run], status:
     return 0
 
 
-def archive_run(run: Run, archive: str | Path | None) -> None:
+def archive_run(run: GridRun, archive: str | Path | None) -> None:
     """Copy a complete run's metrics.json, only that file, to archive/<run folder name>/metrics.json (atomically;
     a copy already equal to it is left alone). Nothing without an archive. `sweep(..., archive=DIR)` calls it as
     each run completes (`python -m benchmarks reproduce --archive DIR`), so an archive that is kept (committed) outlives the run
@@ -510,7 +513,7 @@ def archive_run(run: Run, archive: str | Path | None) -> None:
         atomic_write(target, lambda f: f.write(data))
 
 
-def restore_from_archive(run: Run, archive: str | Path | None) -> bool:
+def restore_from_archive(run: GridRun, archive: str | Path | None) -> bool:
     """Copy the archive's metrics.json of a run back into its folder when the folder lacks a complete one, so
     a grid run in pieces goes on in a fresh clone (whose run folders are gone) without training again what the
     committed archive already holds. An archived copy of another configuration is refused, as a folder's is

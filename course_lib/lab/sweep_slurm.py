@@ -14,7 +14,7 @@ from pathlib import Path
 
 from course_lib.lab import slurm
 from course_lib.lab.collect import write_results
-from course_lib.lab.sweep import (LOG, RUN, Run, dev_summary, check_before_running, check_same_config, claim,
+from course_lib.lab.sweep import (LOG, RUN, GridRun, dev_summary, check_before_running, check_same_config, claim,
                                   default_output_dir, execute, load_grid, one_line, run_status)
 from course_lib.runtime.errors import PREEMPTED, UsageError
 from course_lib.runtime.repro import read_json
@@ -51,7 +51,7 @@ def launch(grid_file: str | Path, output_dir: str | Path | None, options: slurm.
     return report(output_dir, runs)
 
 
-def report(output_dir: Path, runs: list[Run]) -> int:
+def report(output_dir: Path, runs: list[GridRun]) -> int:
     """After a waited-for array: the tally, each unfinished run's last line, the results table; 0 if all complete."""
     states = {run.name: run_state(run, {}) for run in runs}
     tally = collections.Counter(state for state, _, _ in states.values())
@@ -99,7 +99,7 @@ def run_one(grid_file: str | Path, output_dir: str | Path | None, name: str, tim
     return {"complete": 0, "stopped": PREEMPTED}.get(record["status"], 1)
 
 
-def log_lines(run: Run, tail: int = 1 << 16) -> list[str]:
+def log_lines(run: GridRun, tail: int = 1 << 16) -> list[str]:
     """The non-empty lines of the end of the run's log (a long run's log.txt is not read whole)."""
     try:
         with open(run.folder / LOG, "rb") as log:
@@ -110,25 +110,25 @@ def log_lines(run: Run, tail: int = 1 << 16) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def last_log_line(run: Run) -> str:
+def last_log_line(run: GridRun) -> str:
     """The last non-empty line of the run's log (its child's final message), else of run.json's error."""
     lines = log_lines(run)
     return lines[-1] if lines else one_line(read_json(run.folder / RUN).get("error"))
 
 
-def last_progress(run: Run) -> str:
+def last_progress(run: GridRun) -> str:
     """Where a running run stands, from its log: its last `step ...` line (the training loop writes one at least
     every minute to a log), else its `data ready` line; '' before either."""
     lines = [line for line in log_lines(run) if line.startswith(("step ", "data ready"))]
     return lines[-1] if lines else ""
 
 
-def running(detail: str, run: Run) -> str:
+def running(detail: str, run: GridRun) -> str:
     """A running run's detail: where Slurm or the local sweep has it, then its last progress line."""
     return "; ".join(part for part in (detail, last_progress(run)) if part)
 
 
-def run_state(run: Run, queue: dict[str, str]) -> tuple[str, str | None, str]:
+def run_state(run: GridRun, queue: dict[str, str]) -> tuple[str, str | None, str]:
     """(done | running | queued | stopped | failed | todo, its job id, a detail) from the folder and the queue."""
     record = read_json(run.folder / RUN)
     job = record.get("job_id")

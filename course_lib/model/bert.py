@@ -9,7 +9,7 @@ Shapes: B batch, L sequence length, d hidden size, H heads, d_h = d / H.
 Attention is the one pluggable part (see `course_lib.model.attention`): the row normaliser is chosen by name in
 `BertConfig.attn_normalizer`, and callers may add a bias to the logits of every layer (`attention_bias`). A method
 that changes each layer's attention on its own (ASA) does so from outside, with PyTorch forward pre-hooks on the
-layers; the CPU kernels are swapped in from outside too (`course_lib.runtime.fast`).
+layers; the CPU kernels are swapped in from outside too (`course_lib.fast`).
 Parameter names are our own; `course_lib.model.weights` maps Hugging Face checkpoints onto them.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 This is the one model-side file that knows Hugging Face's parameter names. The mapping is a table, plus one
 special case: HF keeps separate query/key/value projections, which we fuse into one `qkv` matrix.
 Loading is strict: every tensor of our model must be filled, and every encoder tensor in the checkpoint used. The
-folder's files (where it is, its config, weights and tokenizer) are read by `readers/model_folder.py`.
+folder's files (where it is, its config, weights and tokenizer) are read by `model/model_folder.py`.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch
 
 from course_lib.model.bert import BertModel
 from course_lib.model.config import BertConfig, check_mixed_precision
-from course_lib.readers.model_folder import load_tokenizer, read_checkpoint, read_model_config, resolve_model_dir
+from course_lib.model.model_folder import load_tokenizer, read_weights, read_model_config, resolve_model_dir
 from course_lib.runtime.errors import UsageError
 
 # (Hugging Face name, our name); {i} is the layer index. Q/K/V are handled apart (fused into qkv).
@@ -45,7 +45,7 @@ def check_model(name_or_path: str | os.PathLike | None) -> Path:
     """
     model_dir = resolve_model_dir(name_or_path)
     config = read_model_config(model_dir)
-    hf_to_ours(read_checkpoint(model_dir), config.num_hidden_layers)
+    hf_to_ours(read_weights(model_dir), config.num_hidden_layers)
     load_tokenizer(model_dir)
     return model_dir
 
@@ -110,7 +110,7 @@ def load_from_folder(model_dir: Path, **overrides):
     config = read_model_config(model_dir)
     config = BertConfig.from_dict({**dataclasses.asdict(config), **overrides})
     model = BertModel(config)
-    state = hf_to_ours(read_checkpoint(model_dir), config.num_hidden_layers)
+    state = hf_to_ours(read_weights(model_dir), config.num_hidden_layers)
     result = model.load_state_dict(state, strict=False)
     if result.missing_keys or result.unexpected_keys:  # shapes mismatch raises inside load_state_dict
         raise UsageError(f"{model_dir}: missing {result.missing_keys}, unexpected {result.unexpected_keys}")

@@ -1,7 +1,7 @@
-"""The runtime beside the lesson: what runs a lesson's code but is not what it teaches.
+"""The runtime's base, below the model: what runs a lesson's code but is not what it teaches.
 
-Entry points (the command line, the notebooks' kernel), the environment (one-line errors, atomic run files, a run
-folder's lock and checkpoint, progress bars, OpenMP's wait policy, the config framework, the registry type), and
-speed and service options of a run (CPU kernels, `torch.compile`, trackers, export, predict). A student reads `model/`, `methods/`, `tasks/` and
+One-line errors, seeding and atomic run files, a run folder's lock and checkpoint, progress bars, OpenMP's wait
+policy, the config framework, the registry type, and two of the loop's options (`torch.compile`, trackers). The
+entry points sit at the package's root (`cli.py`, `kernel.py`), the CPU kernels in `fast/`, export and predict in
 `training/`; STRUCTURE.md draws the layers.
 """

@@ -10,7 +10,7 @@ spinning thread burns the time slice its partner needs to finish, and a training
 libgomp reads its settings once, when torch loads it, so `use_passive_wait` must run before `import torch`:
 `course_lib/__init__.py` calls it, which covers every `python -m course_lib...` command, the sweep's and
 papermill's child processes (they inherit the environment), the test suite (tests/conftest.py imports course_lib
-first) and the notebooks' kernel (`course_lib.runtime.kernel`). A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins.
+first) and the notebooks' kernel (`course_lib.kernel`). A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins.
 """
 from __future__ import annotations
 

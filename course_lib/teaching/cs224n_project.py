@@ -32,7 +32,7 @@ from torch import nn
 
 from course_lib.model.pair_heads import SeparatePairClassifier
 from course_lib.readers.cs224n import CourseTask
-from course_lib.readers.model_folder import resolve_model_dir
+from course_lib.model.model_folder import resolve_model_dir
 from course_lib.runtime.repro import atomic_write
 from course_lib.tasks.metrics import compute_metrics
 from course_lib.training.config import MultitaskConfig

@@ -40,7 +40,7 @@ class RunConfig(Validated):
     mixed_precision: str = described("no", "accelerate's autocast; fp16 needs a CUDA GPU, bf16 also runs on CPUs")
     on_nonfinite_loss: str = described("stop", "stop: fail keeping the last good checkpoint; skip: drop that step")
     fast_kernels: bool = described(True,
-        "swap the CPU kernels in (course_lib.runtime.fast.optimize): same function, faster; dropout masks are drawn "
+        "swap the CPU kernels in (course_lib.fast.optimize): same function, faster; dropout masks are drawn "
         "another way, so runs with and without differ by their draws")
     log_every: int = described(50,
         "read the loss and the method's statistics from the device every N steps (the bar and the loss curve show "

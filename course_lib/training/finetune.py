@@ -31,9 +31,9 @@ from course_lib.methods.registry import EpochContext
 from course_lib.model.heads import SequenceClassifier
 from course_lib.model.weights import check_runnable
 from course_lib.readers import sources
-from course_lib.readers.model_folder import load_tokenizer
+from course_lib.model.model_folder import load_tokenizer
 from course_lib.runtime.compiled import step_collate
-from course_lib.runtime.export import export_if_asked
+from course_lib.training.export import export_if_asked
 from course_lib.runtime.repro import WEIGHTS
 from course_lib.runtime.repro import atomic_write, load_torch, progress, save_torch, seed_everything
 from course_lib.runtime.run_folder import finished_run

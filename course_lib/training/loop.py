@@ -24,7 +24,7 @@ from accelerate import Accelerator
 
 from course_lib.runtime.compiled import check_compile, compile_modules
 from course_lib.runtime.errors import Preempted, RunFailed, UsageError
-from course_lib.runtime.fast import optimize
+from course_lib.fast import optimize
 from course_lib.runtime.repro import (CHECKPOINT, METRICS, ProgressLines, check_writable_dir, log_line, progress,
                                       progress_lines_wanted, progress_seconds, remove_stale_temporaries,
                                       restore_training_state, save_torch, training_state, write_json)

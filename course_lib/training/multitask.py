@@ -35,7 +35,7 @@ from course_lib.model.heads import ClassifierOutput, SequenceClassifier
 from course_lib.model.pair_heads import SeparatePairClassifier, encode_separately
 from course_lib.model.weights import check_runnable, load_from_folder, load_pretrained
 from course_lib.readers.cs224n import CourseTask
-from course_lib.readers.model_folder import resolve_model_dir
+from course_lib.model.model_folder import resolve_model_dir
 from course_lib.runtime.compiled import step_collate
 from course_lib.runtime.errors import UsageError
 from course_lib.runtime.repro import METRICS, WEIGHTS, atomic_write, remove_stale_temporaries, seed_everything

@@ -38,7 +38,7 @@ from course_lib.methods.pretraining import get_pretrain_method
 from course_lib.model.bert import BertModel
 from course_lib.model.config import BertConfig, check_mixed_precision
 from course_lib.model.weights import ours_to_hf
-from course_lib.readers.model_folder import load_tokenizer, resolve_model_dir
+from course_lib.model.model_folder import load_tokenizer, resolve_model_dir
 from course_lib.runtime.errors import UsageError
 from course_lib.runtime.repro import WEIGHTS, atomic_write, seed_everything, write_json
 from course_lib.runtime.run_folder import finished_run

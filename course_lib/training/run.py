@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course_lib.methods.registry import Method, get_method
-from course_lib.readers.model_folder import resolve_model_dir
+from course_lib.model.model_folder import resolve_model_dir
 from course_lib.tasks.registry import TaskFamily, get_family, get_task, run_task
 from course_lib.training.config import FinetuneConfig
 

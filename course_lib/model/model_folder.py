@@ -47,7 +47,7 @@ def resolve_model_dir(name_or_path: str | os.PathLike | None) -> Path:
                          f"Hugging Face hub ({type(err).__name__})") from None
 
 
-def read_checkpoint(model_dir: Path) -> dict[str, torch.Tensor]:
+def read_weights(model_dir: Path) -> dict[str, torch.Tensor]:
     """Tensors from model.safetensors, else pytorch_model.bin; the 'bert.' prefix of task models removed.
 
     A truncated or corrupt file (an interrupted download or copy) is a UsageError naming the file and the

@@ -10,8 +10,8 @@ from __future__ import annotations
 from torch import nn
 
 from course_lib.model.bert import Layer
-from course_lib.runtime.fast.dropout import Dropout
-from course_lib.runtime.fast.linear import Linear
+from course_lib.fast.dropout import Dropout
+from course_lib.fast.linear import Linear
 
 
 def optimize(model: nn.Module) -> nn.Module:

@@ -1,7 +1,7 @@
 """The notebooks' Jupyter kernel, `attention-lab`, and the JupyterLab settings a course environment wants.
 
-`python -m course_lib.runtime.kernel install` (what `make install` runs) writes into this environment (sys.prefix):
-- the kernel spec `attention-lab`, which starts `python -m course_lib.runtime.kernel -f CONNECTION_FILE`: ipykernel,
+`python -m course_lib.kernel install` (what `make install` runs) writes into this environment (sys.prefix):
+- the kernel spec `attention-lab`, which starts `python -m course_lib.kernel -f CONNECTION_FILE`: ipykernel,
   started after `import course_lib` has chosen how torch's OpenMP threads wait (`course_lib.runtime.openmp`), which must
   happen before any cell imports torch;
 - `share/jupyter/lab/settings/overrides.json`: JupyterLab's defaults for this environment, with the news feed
@@ -29,7 +29,7 @@ def install(prefix: str = sys.prefix) -> list[Path]:
 
     with tempfile.TemporaryDirectory() as tmp:
         spec = write_kernel_spec(Path(tmp) / KERNEL_NAME, overrides={
-            "argv": make_ipkernel_cmd(mod="course_lib.runtime.kernel", python_arguments=["-Xfrozen_modules=off"]),
+            "argv": make_ipkernel_cmd(mod="course_lib.kernel", python_arguments=["-Xfrozen_modules=off"]),
             "display_name": KERNEL_NAME})
         folder = Path(KernelSpecManager().install_kernel_spec(spec, KERNEL_NAME, prefix=prefix))
     settings = Path(prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json"

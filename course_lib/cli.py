@@ -17,7 +17,7 @@ import sys
 import typing
 
 from course_lib.runtime.errors import Parser, UsageError, report_errors
-from course_lib.runtime.fast.allocator import keep_freed_memory, memory_mode
+from course_lib.fast.allocator import keep_freed_memory, memory_mode
 from course_lib.runtime.validated import field_docs
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, field_choices
 
@@ -31,8 +31,8 @@ COMMANDS = {  # the commands with a parser of their own: `python -m course_lib N
     "check": ("course_lib.teaching.check", "a question's public checks (assignment mode), on a CPU in seconds"),
     "assignment": ("course_lib.teaching.assignment", "staff: build the student release, grade a copy, list the "
                                                      "questions"),
-    "export": ("course_lib.runtime.export", "write a finished fine-tuning run as a Hugging Face model folder"),
-    "predict": ("course_lib.runtime.predict", "a finished fine-tuning run's model on new text, one prediction per "
+    "export": ("course_lib.training.export", "write a finished fine-tuning run as a Hugging Face model folder"),
+    "predict": ("course_lib.training.predict", "a finished fine-tuning run's model on new text, one prediction per "
                                                "row"),
     "glue-submission": ("course_lib.lab.glue_submission", "the zip the GLUE leaderboard takes, from one finished "
                                                           "run per task; --check a zip"),
