@@ -97,12 +97,9 @@ def expected_indices(split: GlueTestSplit, rows: UnlabelledRows | None) -> list[
 def read_test(test: GlueTestSplit, glue_dir=None) -> UnlabelledRows:
     """The split from the user's GLUE folder, else a stand-in from the shipped dev file, else the hub; one line
     saying what to give when none of them has it."""
-    chosen = local_data.env_folder("GLUE_DIR", glue_dir)
-    if chosen is not None:
-        return _read_tsv(_find_in(Path(chosen).expanduser(), test), test)
-    shipped = next(filter(None, (local_data.shipped_file("GLUE_DIR", path) for path in test.paths)), None)
-    if shipped is not None:
-        return _read_tsv(shipped, test)
+    where, path = local_data.locate("GLUE_DIR", glue_dir, *test.paths)
+    if where != "hub":
+        return _read_tsv(_find_in(path, test) if where == "chosen" else path, test)
     dev = (local_data.shipped_file("GLUE_DIR", f"{test.glue_task.folder}/{test.dev_split}.tsv")
            if test.dev_split is not None else None)
     return _stand_in(test, dev) if dev else _from_hub(test)

@@ -30,15 +30,22 @@ def shipped_file(env: str, relative: str) -> Path | None:
     return path if path is not None and path.is_file() else None
 
 
-def env_folder(env: str, given: str | os.PathLike | None = None) -> str | os.PathLike | None:
-    """The folder a user chose: the run's option, else $env (an empty variable counts as unset), else None."""
-    return given if given else (os.environ.get(env) or None)
+def locate(env: str | None, given: str | os.PathLike | None = None, *shipped: str) -> tuple[str, Path | None]:
+    """Where a preset's data is, the one answer every reader takes: ("chosen", the folder the run's option or
+    $env names; an empty variable counts as unset, and a chosen folder never falls back to another), else
+    ("shipped", the first of the `shipped` files the repository's data/ copy has, or that copy's folder when no
+    file is named), else ("hub", None)."""
+    chosen = given or (os.environ.get(env) if env else None)
+    if chosen:
+        return "chosen", Path(chosen).expanduser()
+    found = (shipped_file(env, name) for name in shipped) if shipped else iter([shipped_folder(env)])
+    hit = next(filter(None, found), None) if env else None
+    return ("shipped", hit) if hit is not None else ("hub", None)
 
 
 def data_folder(env: str, given: str | os.PathLike | None = None) -> Path | None:
-    """The folder to read: the user's choice (`env_folder`), else the shipped copy, else None (the hub)."""
-    chosen = env_folder(env, given)
-    return Path(chosen).expanduser() if chosen else shipped_folder(env)
+    """The folder to read (`locate`'s, chosen or shipped), else None (the hub)."""
+    return locate(env, given)[1]
 
 
 def describe_shipped(env: str) -> str:

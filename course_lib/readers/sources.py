@@ -47,11 +47,8 @@ class Source:
 def folder(source: Source, cfg) -> Path | None:
     """The preset's folder: the run's --data-dir, else $<ENV>, else the repository's copy in data/ (WNUT-17), else
     None (no folder: files or the hub)."""
-    where = getattr(cfg, "data_dir", None) or (local_data.env_folder(source.env) if source.env else None)
-    if not where:
-        return local_data.shipped_folder(source.env) if source.env else None
-    path = Path(where).expanduser()
-    if not path.is_dir():
+    where, path = local_data.locate(source.env, getattr(cfg, "data_dir", None))
+    if where == "chosen" and not path.is_dir():
         origin = "--data-dir" if getattr(cfg, "data_dir", None) else f"${source.env}"
         raise UsageError(f"{origin} {str(path)!r} does not exist or is not a folder")
     return path

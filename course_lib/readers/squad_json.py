@@ -255,12 +255,9 @@ def load_squad(version: str, split: str, files: dict | None = None,
         chosen[_split_name(key)] = value
     if chosen.get(split):
         return read_squad(chosen[split])
-    folder = local_data.env_folder("SQUAD_DIR", data_dir)
-    if folder is not None:
-        return read_squad(_file_in(Path(folder).expanduser(), spec, split))
-    shipped = local_data.shipped_file("SQUAD_DIR", _official_name(spec, split))
-    if shipped is not None:
-        return read_squad(shipped)
+    where, path = local_data.locate("SQUAD_DIR", data_dir, _official_name(spec, split))
+    if where != "hub":
+        return read_squad(_file_in(path, spec, split) if where == "chosen" else path)
     if _offline():
         raise UsageError(f"no SQuAD {spec.name} {split} file and the hub is off (HF_DATASETS_OFFLINE or "
                          f"HF_HUB_OFFLINE): {_how_to_get(spec, split)}")

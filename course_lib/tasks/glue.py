@@ -133,7 +133,5 @@ def local_split_file(task: GlueTask, split: str, glue_dir: str | os.PathLike | N
     the user named never falls back to it: a split missing there is one line)."""
     if split not in task.splits:
         raise choice_error(f"split for {task.name}", split, task.splits)
-    chosen = local_data.env_folder("GLUE_DIR", glue_dir)
-    if chosen is not None:
-        return glue_files.split_path(task, split, Path(chosen).expanduser())
-    return local_data.shipped_file("GLUE_DIR", f"{task.folder}/{split}.tsv")
+    where, path = local_data.locate("GLUE_DIR", glue_dir, f"{task.folder}/{split}.tsv")
+    return glue_files.split_path(task, split, path) if where == "chosen" else path
