@@ -26,6 +26,8 @@ import shlex
 import statistics
 from pathlib import Path
 
+import pandas as pd
+
 from course_lib.lab import collect
 from course_lib.lab.records import percent_scale
 from course_lib.lab.reported import REPORTED
@@ -33,6 +35,7 @@ from course_lib.lab.sweep import load_grid, sweep
 from course_lib.runtime.errors import UsageError
 from course_lib.runtime.repro import atomic_write
 from course_lib.lab.significance import detectable_difference, holm_adjusted, seeds_to_detect
+from course_lib.lab.tables import grouped, markdown, mean_sd
 from course_lib.tasks.registry import get_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +61,7 @@ PAPER_TASK = {"squad_articles": "squad"}
 CONTROLS = {"mean-pool": "control: vanilla with a mean-pooling head"}
 
 
-def _shown(path: str | Path) -> str:
+def _as_typed(path: str | Path) -> str:
     """A path as the reader should type it: relative to the repository when it lies inside."""
     path = Path(path).resolve()
     return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.as_posix()
@@ -129,16 +132,10 @@ def holm_rejections(p_values: list[float], alpha: float = SIGNIFICANT) -> int:
 
 
 def paired_differences(rows: list[dict], metric: str, baseline: str = "vanilla") -> dict[str, list[float]]:
-    """Each method's differences (method - baseline) on the metric over the pairs `collect.paired_tests` forms:
-    runs of one task and seed whose other settings differ only in the method."""
-    base = {collect._pair_key(r): r["metrics"][metric] for r in rows
-            if r["method"] == baseline and metric in r["metrics"]}
-    differences: dict[str, list[float]] = {}
-    for row in rows:
-        key = collect._pair_key(row)
-        if row["method"] != baseline and key in base and metric in row["metrics"]:
-            differences.setdefault(collect._method_label(row), []).append(row["metrics"][metric] - base[key])
-    return differences
+    """Each method's differences (method - baseline) on the metric over the pairs `collect.paired_tests` forms
+    (`collect.paired_runs`): runs of one task and seed whose other settings differ only in the method."""
+    pairs = collect.paired_runs(rows, metric, baseline)
+    return {label: (pair["value"] - pair["base"]).tolist() for label, pair in pairs.groupby("label", sort=False)}
 
 
 def seed_noise(differences: dict[str, list[float]]) -> tuple[float | None, int, int]:
@@ -181,11 +178,8 @@ def method_groups(rows: list[dict]) -> dict[str, dict]:
     """One task's runs summarised by method label (`collect._method_label`: the method with its own options where
     they are off their defaults), the key its paired test has too, so a method run with a task's own option (ASA
     at tau 0.5 on WNUT-17) is set against the baseline in its row."""
-    by_label: dict[str, list[dict]] = {}
-    for row in rows:
-        by_label.setdefault(collect._method_label(row), []).append(row)
     groups = {}
-    for label, members in by_label.items():
+    for label, members in grouped(rows, collect._method_label).items():
         summary = collect.summarize(members)
         if len(summary) != 1:
             raise UsageError(f"{members[0]['task']}: the runs of {label} differ in "
@@ -244,12 +238,10 @@ def _runs_of(rows: list[dict], planned: list | None) -> str:
     missing = [(c.task, c.method) for c in planned if (c.task, c.method, c.seed) not in done]
     if not missing:
         return runs
-    pace: dict[tuple, list[float]] = {}
-    for r in rows:
-        for key in ((r["task"], r["method"]), (r["task"], None)):
-            pace.setdefault(key, []).append(r["train_seconds"] or 0.0)
-    known = [statistics.fmean(pace.get(key) or pace[key[0], None]) for key in missing
-             if key in pace or (key[0], None) in pace]
+    pace = pd.DataFrame([(r["task"], r["method"], r["train_seconds"] or 0.0) for r in rows],
+                        columns=["task", "method", "seconds"])
+    by_method, by_task = pace.groupby(["task", "method"])["seconds"].mean(), pace.groupby("task")["seconds"].mean()
+    known = [by_method[key] if key in by_method else by_task[key[0]] for key in missing if key[0] in by_task]
     left = f"about {sum(known) / 3600:.1f} hours of training at the complete runs' pace" if known else ""
     unpaced = len(missing) - len(known)
     if unpaced:
@@ -260,11 +252,11 @@ def _runs_of(rows: list[dict], planned: list | None) -> str:
 def _header(rows: list[dict], command: str, grid: str | Path, planned: list | None, rebuild: str | None,
             archive: Path | None, baseline: str) -> list[str]:
     seconds = sum(r["train_seconds"] or 0 for r in rows)
-    again = "" if rebuild is None else (f" Rebuild this report from the archive `{_shown(archive)}` (each run's "
+    again = "" if rebuild is None else (f" Rebuild this report from the archive `{_as_typed(archive)}` (each run's "
                                         f"metrics.json), running nothing: `{rebuild}`.")
     lines = ["# CPU reproduction: every method against vanilla on dev sets", "",
              f"Written on {datetime.date.today().isoformat()} ({platform.machine()}, {os.cpu_count()} CPUs) from "
-             f"the grid `{_shown(grid)}`: {_runs_of(rows, planned)}, {seconds / 3600:.1f} hours of training in "
+             f"the grid `{_as_typed(grid)}`: {_runs_of(rows, planned)}, {seconds / 3600:.1f} hours of training in "
              f"all. Run or resume the grid with `{command}` (a fresh clone too: a run the archive holds is "
              f"not trained again).{again}", "",
              f"Each cell is a dev-set metric, mean ± sample std over seeds. Δ is the method's mean minus {baseline}'s "
@@ -314,8 +306,9 @@ def _task_notes(a: dict, baseline: str) -> list[str]:
                     f"{POWER:.0%} power.", ""]
 
 
-def _row(a: dict, label: str, group: dict, baseline: str) -> str:
-    """One row of a task's table; label is the method with its own options off their defaults (`method_groups`)."""
+def _row(a: dict, label: str, group: dict, baseline: str) -> list[str]:
+    """The cells of one row of a task's table; label is the method with its own options off their defaults
+    (`method_groups`)."""
     test = a["tests"].get(label, {})
     diff, p, p_holm = test.get("mean_difference"), test.get("p_value"), test.get("p_holm")
     claim = a["claims"].get(label)
@@ -332,13 +325,12 @@ def _row(a: dict, label: str, group: dict, baseline: str) -> str:
                        pairs, detectable, pairs, a["scale"], needed)
     if group["method"] in CONTROLS:
         said = f"{CONTROLS[group['method']]}; {said}"
-    cells = [label, str(group["n"]), collect._mean_std(group["metrics"].get(a["metric"])),
-             "" if diff is None else f"{diff:+.4f}", "" if p is None else f"{p:.3f}",
-             "" if p_holm is None else f"{p_holm:.3f}",
-             "" if label == baseline or detectable is None else
-             f"±{detectable:.4f} ({a['scale'] * detectable:.1f} pts)",
-             "" if claim is None else f"{claim[0]:+.1f}{_unless_ours(claim[2], a)} ({claim[1]})", said]
-    return "| " + " | ".join(cells) + " |"
+    return [label, str(group["n"]), mean_sd(group["metrics"].get(a["metric"])),
+            "" if diff is None else f"{diff:+.4f}", "" if p is None else f"{p:.3f}",
+            "" if p_holm is None else f"{p_holm:.3f}",
+            "" if label == baseline or detectable is None else
+            f"±{detectable:.4f} ({a['scale'] * detectable:.1f} pts)",
+            "" if claim is None else f"{claim[0]:+.1f}{_unless_ours(claim[2], a)} ({claim[1]})", said]
 
 
 def _unless_ours(paper_metric: str, a: dict) -> str:
@@ -379,23 +371,22 @@ def _target(task: str) -> str:
 def _glance(tasks: list[dict], baseline: str, pending: list[str]) -> list[str]:
     """One row per task: does the baseline learn it, what can its seeds detect, which methods differ after Holm;
     then the grid's tasks with no complete run yet (pending)."""
-    lines = ["## At a glance", "",
-             f"| task | {baseline} (seeds) | chance level | target | learnt | detectable Δ | methods with 5 seeds / "
-             f"with runs | beyond seed noise (p (Holm) < {SIGNIFICANT}) |", "|---|---|---|---|---|---|---|---|"]
+    cells = []
     for a in tasks:
         base, methods = a["base"], [m for m in a["groups"] if m != baseline]
         full = sum(a["groups"][m]["n"] >= 5 for m in methods)
         beyond = [f"{m} {a['scale'] * t['mean_difference']:+.1f} pts" for m, t in a["tests"].items()
                   if t["p_holm"] is not None and t["p_holm"] < SIGNIFICANT]
-        cells = [f"{a['task']} ({a['metric'].removeprefix('dev ')})",
-                 "" if base is None else f"{base['mean']:.4f} ({base['n']})",
-                 "unknown (dev data not found here)" if a["chance"] is None else f"{a['chance']:.4f}",
-                 _target(a["task"]), _learnt(a),
-                 "" if a["detectable"] is None else f"±{a['scale'] * a['detectable']:.1f} pts",
-                 f"{full} / {len(methods)}", ", ".join(beyond) or "none"]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += [f"| {task} |  |  | {_target(task)} | not run yet |  |  |  |" for task in pending]
-    return lines + [""]
+        cells.append([f"{a['task']} ({a['metric'].removeprefix('dev ')})",
+                      "" if base is None else f"{base['mean']:.4f} ({base['n']})",
+                      "unknown (dev data not found here)" if a["chance"] is None else f"{a['chance']:.4f}",
+                      _target(a["task"]), _learnt(a),
+                      "" if a["detectable"] is None else f"±{a['scale'] * a['detectable']:.1f} pts",
+                      f"{full} / {len(methods)}", ", ".join(beyond) or "none"])
+    cells += [[task, "", "", _target(task), "not run yet", "", "", ""] for task in pending]
+    columns = ["task", f"{baseline} (seeds)", "chance level", "target", "learnt", "detectable Δ",
+               "methods with 5 seeds / with runs", f"beyond seed noise (p (Holm) < {SIGNIFICANT})"]
+    return ["## At a glance", "", *markdown(pd.DataFrame(cells, columns=columns)), ""]
 
 
 def _many_tests(family: list[dict]) -> list[str]:
@@ -424,10 +415,10 @@ def report(runs_dir: str | Path, command: str, grid: str | Path, baseline: str =
     ran = {a["task"] for a in tasks}
     lines += _glance(tasks, baseline, [t for t in dict.fromkeys(c.task for c in planned or []) if t not in ran])
     for a in tasks:
-        lines += [f"## {a['task']} ({a['metric']})", "", *_task_notes(a, baseline),
-                  f"| method | seeds | {a['metric']} | Δ vs {baseline} | p | p (Holm) | detectable Δ "
-                  f"({POWER:.0%} power) | paper's Δ | verdict |", "|---|---|---|---|---|---|---|---|---|"]
-        lines += [_row(a, label, group, baseline) for label, group in a["groups"].items()] + [""]
+        table = pd.DataFrame([_row(a, label, group, baseline) for label, group in a["groups"].items()],
+                             columns=["method", "seeds", a["metric"], f"Δ vs {baseline}", "p", "p (Holm)",
+                                      f"detectable Δ ({POWER:.0%} power)", "paper's Δ", "verdict"])
+        lines += [f"## {a['task']} ({a['metric']})", "", *_task_notes(a, baseline), *markdown(table), ""]
         lines += _claims_on_other_metrics(a, baseline)
     return "\n".join(lines + _many_tests(family))
 

@@ -213,12 +213,12 @@ def test_better_is_said_only_where_a_test_can_say_it(tmp_path):
         write(tmp_path / f"v{seed}", finetune_result("sst2", "vanilla", seed, {"accuracy": base}))
         write(tmp_path / f"a{seed}", finetune_result("sst2", "asa", seed, {"accuracy": asa}))
     tests = collect.paired_tests(collect.collect(tmp_path))
-    assert [collect.verdict(t) for t in tests] == ["no test (1 pair)"]
+    assert [collect.better_cell(t) for t in tests] == ["no test (1 pair)"]
     assert "+2.00 points" in collect.tests_table(tests)[2]  # the difference on the table's scale
     significant = {"better": True, "p_value": 0.001, "p_holm": 0.01, "pairs": 5}
-    assert collect.verdict(significant) == "yes"
-    assert collect.verdict({**significant, "better": False}) == "no, worse"
-    assert collect.verdict({**significant, "p_holm": 0.2}) == "not shown"
+    assert collect.better_cell(significant) == "yes"
+    assert collect.better_cell({**significant, "better": False}) == "no, worse"
+    assert collect.better_cell({**significant, "p_holm": 0.2}) == "not shown"
 
 
 def test_rows_of_one_method_and_task_say_which_recipe_sets_them_apart(tmp_path):

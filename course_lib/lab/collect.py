@@ -18,14 +18,13 @@ differ only in their seed form a group; collect writes, atomically:
 """
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
+
+import pandas as pd
 
 from course_lib.lab.glue_score import GLUE_SCORE, GLUE_SCORE_PARTS, glue_average, missing_glue_tasks
 from course_lib.lab.records import KINDS, kind_of, lower_is_better, percent_scale
@@ -33,6 +32,7 @@ from course_lib.lab.reported import GLUE, reported
 from course_lib.runtime.errors import Parser, UsageError, report_errors
 from course_lib.runtime.repro import METRICS, atomic_write, lock_exclusive
 from course_lib.lab.significance import holm_adjusted, paired_t_test
+from course_lib.lab.tables import grouped, markdown, mean_sd, seed_stats
 from course_lib.tasks.registry import family_of
 
 NOT_GROUPED = ("seed", "output_dir")  # runs that differ only in these are seeds of one group
@@ -109,12 +109,9 @@ def link_pretraining(rows: list[dict]) -> None:
 
 
 def _of_kind(rows: list[dict], *also: str) -> dict:
-    """Rows by their kind (kinds have different settings), or by (kind, *also) where more keys are named."""
-    by_kind: dict = {}
-    for row in rows:
-        key = tuple(row[field] for field in ("kind", *also)) if also else row["kind"]
-        by_kind.setdefault(key, []).append(row)
-    return by_kind
+    """Rows by their kind (kinds have different settings), or by (kind, *also) where more keys are named, in the
+    order the keys first appear."""
+    return grouped(rows, lambda row: tuple(row[field] for field in ("kind", *also)) if also else row["kind"])
 
 
 def group_fields(rows: list[dict]) -> list[str]:
@@ -141,34 +138,29 @@ def _group_value(row: dict, field: str):
     return row["config"].get(field) if _reads(row, field) else NOT_READ
 
 
-def _stats(values: list[float]) -> dict:
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else None,
-            "n": len(values), "counts": all(float(v).is_integer() for v in values)}
-
-
 def _groups(rows: list[dict], fields: list[str]) -> list[list[dict]]:
     """Rows with equal fields, each seed once (the same settings and seed in two folders, say two notebooks'
-    vanilla runs, is one deterministic run counted once)."""
-    groups: dict[str, dict] = {}
-    for row in rows:
-        members = groups.setdefault(json.dumps([_group_value(row, f) for f in fields], default=str), {})
-        members.setdefault(row["config"].get("seed"), row)
-    return [list(members.values()) for members in groups.values()]
+    vanilla runs, is one deterministic run counted once), in the order the groups first appear."""
+    runs = pd.DataFrame({"group": [json.dumps([_group_value(row, f) for f in fields], default=str) for row in rows],
+                         "seed": [row["config"].get("seed") for row in rows], "row": rows})
+    runs = runs.drop_duplicates(["group", "seed"])
+    return [list(members) for _, members in runs.groupby("group", sort=False)["row"]]
 
 
 def summarize(rows: list[dict]) -> list[dict]:
-    """One dict per group: kind, its fields, seeds, n, and {metric: {'mean', 'std', 'n'}} (std None for n = 1)."""
+    """One dict per group: kind, its fields, seeds, n, and {metric: {'mean', 'std', 'n', 'counts'}} over its seeds
+    (`tables.seed_stats`: std None for n = 1)."""
     summary = []
     for kind, mine in sorted(_of_kind(rows).items(), key=lambda item: list(KINDS).index(item[0])):
-        fields, groups = group_fields(mine), []
-        for members in _groups(mine, fields):
-            names = list(dict.fromkeys(name for row in members for name in row["metrics"]))
-            metrics = {name: _stats([row["metrics"][name] for row in members if name in row["metrics"]])
-                       for name in names}
-            groups.append({"kind": kind, **{f: _group_value(members[0], f) for f in fields},
-                           "seeds": sorted(row["config"].get("seed") for row in members), "n": len(members),
-                           "metrics": metrics, "main_metric": members[0]["main_metric"]})
-        summary += sorted(groups, key=lambda g: [str(g[f]) for f in fields])
+        fields = group_fields(mine)
+        groups = _groups(mine, fields)
+        values = pd.DataFrame([(i, name, value) for i, members in enumerate(groups) for row in members
+                               for name, value in row["metrics"].items()], columns=["group", "metric", "value"])
+        stats = seed_stats(values, ["group", "metric"])
+        summary += sorted(({"kind": kind, **{f: _group_value(members[0], f) for f in fields},
+                            "seeds": sorted(row["config"].get("seed") for row in members), "n": len(members),
+                            "metrics": stats.get(i, {}), "main_metric": members[0]["main_metric"]}
+                           for i, members in enumerate(groups)), key=lambda g: [str(g[f]) for f in fields])
     return summary
 
 
@@ -187,6 +179,20 @@ def _method_label(row: dict) -> str:
     return f"{row['method']} ({said})" if said else row["method"]
 
 
+def paired_runs(rows: list[dict], metric: str | None = None, baseline: str | None = None) -> pd.DataFrame:
+    """A frame of the pairs `paired_tests` tests, in the rows' order: each run that is not its baseline (kind, task,
+    method, label: `_method_label`, against: its baseline, metric) with its `value` and the `base` value of the
+    baseline's run paired with it (the same `_pair_key`: of one seed, differing only in the method)."""
+    runs = pd.DataFrame([(row["kind"], row["task"], row["method"], _method_label(row), baseline or row["baseline"],
+                          _pair_key(row), name, row["metrics"][name]) for row in rows
+                         if (name := row["main_metric"] if metric is None else metric) in row["metrics"]],
+                        columns=["kind", "task", "method", "label", "against", "key", "metric", "value"])
+    base = runs[runs["method"] == runs["against"]].drop_duplicates(["method", "key", "metric"], keep="last")
+    return runs[runs["method"] != runs["against"]].merge(
+        base[["method", "key", "metric", "value"]].rename(columns={"method": "against", "value": "base"}),
+        on=["against", "key", "metric"])
+
+
 def paired_tests(rows: list[dict], metric: str | None = None, baseline: str | None = None) -> list[dict]:
     """Each method against its baseline on the same task and seeds: mean difference and a paired t-test.
 
@@ -197,25 +203,12 @@ def paired_tests(rows: list[dict], metric: str | None = None, baseline: str | No
     p-value is two-sided (`significance.paired_t_test`), None with fewer than 2 pairs or all pairs equal, and
     `p_holm` is Holm's adjustment across all the tests returned.
     """
-    def tested_metric(row):
-        return metric if metric is not None else row["main_metric"]
-    base = {}
-    for row in rows:
-        if row["method"] == (baseline or row["baseline"]) and tested_metric(row) in row["metrics"]:
-            base[row["method"], _pair_key(row), tested_metric(row)] = row["metrics"][tested_metric(row)]
-    pairs: dict[tuple, list[tuple[float, float]]] = {}
-    for row in rows:
-        name, against = tested_metric(row), baseline or row["baseline"]
-        if row["method"] != against and (against, _pair_key(row), name) in base and name in row["metrics"]:
-            key = (row["kind"], row["task"], _method_label(row), against, name)
-            pairs.setdefault(key, []).append((row["metrics"][name], base[against, _pair_key(row), name]))
-    results = []
-    for (kind, task, method, against, name), values in sorted(pairs.items()):
-        ours, theirs = zip(*values)
-        diff, p = paired_t_test(ours, theirs)
+    pairs, results = paired_runs(rows, metric, baseline), []
+    for (kind, task, method, against, name), pair in pairs.groupby(["kind", "task", "label", "against", "metric"]):
+        diff, p = paired_t_test(pair["value"].tolist(), pair["base"].tolist())
         lower = lower_is_better(name)
         results.append({"kind": kind, "task": task, "method": method, "baseline": against, "metric": name,
-                        "pairs": len(values), "mean_difference": diff, "p_value": p, "lower_is_better": lower,
+                        "pairs": len(pair), "mean_difference": diff, "p_value": p, "lower_is_better": lower,
                         "better": None if diff == 0 else (diff < 0) == lower})
     for result, adjusted in zip(results, holm_adjusted([r["p_value"] for r in results])):
         result["p_holm"] = adjusted
@@ -267,26 +260,17 @@ def _metric_names(rows: list[dict]) -> list[str]:
 
 
 def to_csv(rows: list[dict]) -> str:
-    by_kind = _of_kind(rows)
-    fields = list(dict.fromkeys(f for mine in by_kind.values() for f in group_fields(mine)[2:]))
+    """results.csv: a line per run and head, sorted by kind, task, method, settings and seed."""
+    fields = list(dict.fromkeys(f for mine in _of_kind(rows).values() for f in group_fields(mine)[2:]))
     metrics = _metric_names(rows)
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["run", "kind", "task", "method", *fields, "seed", *(m.replace(" ", "_") for m in metrics),
-                     "train_seconds", "pretrained"])
     order = sorted(rows, key=lambda r: [list(KINDS).index(r["kind"]), r["task"], r["method"]]
                    + [str(r["config"].get(f)) for f in fields] + [r["config"].get("seed") or 0])
-    for row in order:
-        writer.writerow([row["run"], row["kind"], row["task"], row["method"], *(_group_value(row, f) for f in fields),
-                         row["config"].get("seed"), *(row["metrics"].get(m, "") for m in metrics),
-                         row["train_seconds"], row.get("pretrained", "")])
-    return out.getvalue()
-
-
-def _mean_std(stats: dict | None) -> str:
-    if stats is None:
-        return ""
-    return f"{stats['mean']:.4f}" if stats["std"] is None else f"{stats['mean']:.4f} ± {stats['std']:.4f}"
+    table = pd.DataFrame([[row["run"], row["kind"], row["task"], row["method"], *(_group_value(row, f) for f in fields),
+                           row["config"].get("seed"), *(row["metrics"].get(m, "") for m in metrics),
+                           row["train_seconds"], row.get("pretrained", "")] for row in order], dtype=object,
+                         columns=["run", "kind", "task", "method", *fields, "seed",
+                                  *(m.replace(" ", "_") for m in metrics), "train_seconds", "pretrained"])
+    return table.to_csv(index=False, lineterminator="\n")
 
 
 PAPER_COLUMN = "reported by the papers (not our model or split)"
@@ -295,22 +279,16 @@ PAPER_COLUMN = "reported by the papers (not our model or split)"
 def _shown(stats: dict | None, percent: int | None) -> str:
     """A metric's mean ± std as a table shows it: scores in percent (x `percent`, `records.percent_scale`; 2
     decimals), counts without decimals when the mean is whole, other values (losses) to 4 decimals."""
-    if stats is None:
-        return ""
-    scale, digits = (percent, 2) if percent else (1, 4)
-    if stats.get("counts") and not percent:
-        digits = 0 if float(stats["mean"]).is_integer() else 1
-    mean = f"{stats['mean'] * scale:.{digits}f}"
-    return mean if stats["std"] is None else f"{mean} ± {stats['std'] * scale:.{max(digits, 1)}f}"
+    if stats is None or percent or not stats.get("counts"):
+        return mean_sd(stats, percent or 1, 2 if percent else 4)
+    return mean_sd(stats, 1, 0 if float(stats["mean"]).is_integer() else 1)
 
 
 def kind_table(rows: list[dict]) -> list[str]:
     """One kind's tables: one per task family where the kind says so (`RunKind.by_family`: fine-tuning runs
     of sentence, tagging, span-QA and multiple-choice tasks have different metrics and settings), each with the
     settings and metrics its own rows have; else one."""
-    families: dict[str, list[dict]] = {}
-    for row in rows:
-        families.setdefault(_family(row) if KINDS[row["kind"]].by_family else "", []).append(row)
+    families = grouped(rows, lambda row: _family(row) if KINDS[row["kind"]].by_family else "")
     if len(families) < 2:
         return family_table(rows)
     lines = []
@@ -332,13 +310,10 @@ def family_table(rows: list[dict]) -> list[str]:
     metric's mean ± std on the papers' scale (`records.percent_scale`), the papers' numbers; then a line per task
     and method that has several rows, naming the settings that set them apart and the folders they come from."""
     fields, metrics = group_fields(rows), _metric_names(rows)
-    header = [*fields, "seeds", *metrics, PAPER_COLUMN]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for group in summarize(rows):
-        cells = [str(group[f]) for f in fields] + [str(group["n"])]
-        cells += [_shown(group["metrics"].get(m), percent_scale(str(group["task"]), m)) for m in metrics]
-        cells.append(reported(str(group["method"]), str(group["task"]), group["kind"]))
-        lines.append("| " + " | ".join(cells) + " |")
+    cells = [[*(str(g[f]) for f in fields), str(g["n"]),
+              *(_shown(g["metrics"].get(m), percent_scale(str(g["task"]), m)) for m in metrics),
+              reported(str(g["method"]), str(g["task"]), g["kind"])] for g in summarize(rows)]
+    lines = markdown(pd.DataFrame(cells, columns=[*fields, "seeds", *metrics, PAPER_COLUMN]))
     notes = recipe_notes(rows)
     return lines + (["", "Rows of the same task and method differ in their recipe:", *notes] if notes else [])
 
@@ -348,9 +323,7 @@ def recipe_notes(rows: list[dict]) -> list[str]:
     method with several groups, the settings whose values differ between them and where each group's runs are
     (the first folder of their path under the collected folder: the notebook or grid that ran them)."""
     fields, notes = group_fields(rows), []
-    by_method: dict = {}
-    for members in _groups(rows, fields):
-        by_method.setdefault((members[0]["task"], members[0]["method"]), []).append(members)
+    by_method = grouped(_groups(rows, fields), lambda members: (members[0]["task"], members[0]["method"]))
     for (task, method), groups in sorted(by_method.items()):
         differ = [f for f in fields[2:] if len({json.dumps(_group_value(g[0], f), default=str) for g in groups}) > 1]
         if len(groups) < 2 or not differ:
@@ -374,17 +347,13 @@ def _glue_recipes(rows: list[dict]) -> tuple[list[str], dict[tuple, dict[str, li
     mine = [row for row in rows if row["kind"] == "finetune" and GLUE_METRIC in row["metrics"]]
     fields = group_fields(mine)
     groups = _groups(mine, fields)
-    by_task: dict = {}
-    for members in groups:
-        by_task.setdefault((members[0]["task"], _method_label(members[0])), []).append(members[0])
+    by_task = grouped([members[0] for members in groups], lambda first: (first["task"], _method_label(first)))
     within = [f for f in fields[2:] if any(len({json.dumps(_group_value(row, f), default=str) for row in firsts}) > 1
                                            for firsts in by_task.values())]
-    recipes: dict = {}
-    for members in groups:
-        first = members[0]
-        key = (_method_label(first), first["method"], tuple(_group_value(first, f) for f in within))
-        recipes.setdefault(key, {})[first["task"]] = members
-    return within, dict(sorted(recipes.items(), key=lambda item: json.dumps(item[0], default=str)))
+    recipes = grouped(groups, lambda members: (_method_label(members[0]), members[0]["method"],
+                                               tuple(_group_value(members[0], f) for f in within)))
+    return within, {key: {members[0]["task"]: members for members in recipe}
+                    for key, recipe in sorted(recipes.items(), key=lambda item: json.dumps(item[0], default=str))}
 
 
 def glue_table(rows: list[dict]) -> list[str]:
@@ -395,31 +364,33 @@ def glue_table(rows: list[dict]) -> list[str]:
     if not recipes:
         return []
     tasks = list(GLUE_SCORE_PARTS)
-    header = ["method", *within, "seeds", *tasks, "GLUE average", PAPER_COLUMN]
-    lines = ["Dev scores by GLUE's rule: CoLA MCC; STS-B the mean of Pearson and Spearman; MRPC and QQP the mean of "
-             "F1 and accuracy; MNLI the mean of matched and mismatched; the others accuracy. The average is the "
-             "unweighted mean of all nine (WNLI too), shown only where a row has them all.", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lacking: dict[tuple, list[str]] = {}
-    for (label, method, values), by_task in recipes.items():
-        stats = {task: _stats([row["metrics"][GLUE_METRIC] for row in members]) for task, members in by_task.items()}
+    scores = pd.DataFrame([(i, task, row["metrics"][GLUE_METRIC]) for i, by_task in enumerate(recipes.values())
+                           for task, members in by_task.items() for row in members],
+                          columns=["recipe", "task", "value"])
+    cells, lacking = [], {}  # every recipe has scores, so seed_stats has its stats at its place
+    for stats, ((label, method, values), by_task) in zip(seed_stats(scores, ["recipe", "task"]).values(),
+                                                         recipes.items()):
         average = glue_average({task: s["mean"] for task, s in stats.items()})
         fewest, most = min(s["n"] for s in stats.values()), max(s["n"] for s in stats.values())
-        cells = [label, *map(str, values), str(fewest) if fewest == most else f"{fewest}-{most}",
-                 *(_shown(stats.get(task), percent_scale(task, GLUE_METRIC)) for task in tasks),
-                 "" if average is None else f"{100 * average:.2f}", reported(method, GLUE)]
-        lines.append("| " + " | ".join(cells) + " |")
+        cells.append([label, *map(str, values), str(fewest) if fewest == most else f"{fewest}-{most}",
+                      *(_shown(stats.get(task), percent_scale(task, GLUE_METRIC)) for task in tasks),
+                      "" if average is None else f"{100 * average:.2f}", reported(method, GLUE)])
         if average is None:
             settings = ", ".join(f"{f}={v}" for f, v in zip(within, values))
             name = f"{label} [{settings}]" if settings else label
             lacking.setdefault(tuple(missing_glue_tasks(by_task)), []).append(name)
     notes = [f"- no GLUE average for {', '.join(names)}: missing {', '.join(gone)}" for gone, names in lacking.items()]
+    lines = ["Dev scores by GLUE's rule: CoLA MCC; STS-B the mean of Pearson and Spearman; MRPC and QQP the mean of "
+             "F1 and accuracy; MNLI the mean of matched and mismatched; the others accuracy. The average is the "
+             "unweighted mean of all nine (WNLI too), shown only where a row has them all.", "",
+             *markdown(pd.DataFrame(cells, columns=["method", *within, "seeds", *tasks, "GLUE average", PAPER_COLUMN]))]
     return lines + ([""] + notes if notes else [])
 
 
-def verdict(test: dict) -> str:
-    """What a paired test can say: 'yes' or 'no, worse' only when Holm's p is below 0.05, else 'not shown';
-    with under 2 pairs there is no test, and pairs that are all equal show no difference."""
+def better_cell(test: dict) -> str:
+    """The 'better?' cell of a paired test, what the test can say: 'yes' or 'no, worse' only when Holm's p is
+    below 0.05, else 'not shown'; with under 2 pairs there is no test, and pairs that are all equal show no
+    difference."""
     if test["better"] is None:
         return "equal in every pair"
     if test["p_value"] is None:
@@ -432,16 +403,15 @@ def verdict(test: dict) -> str:
 def tests_table(tests: list[dict]) -> list[str]:
     """The paired tests as markdown: difference (on the table's scale), what the test says, raw and
     Holm-adjusted p."""
-    lines = ["| kind | task | method | against | metric | pairs | mean difference | better? (Holm p < 0.05) | p "
-             "| p (Holm) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    cells = []
     for t in tests:
         percent = percent_scale(t["task"], t["metric"])
         difference = f"{t['mean_difference'] * percent:+.2f} points" if percent else f"{t['mean_difference']:+.4f}"
-        cells = [t["kind"], t["task"], t["method"], t["baseline"], t["metric"] + (" (lower is better)"
-                 if t["lower_is_better"] else ""), str(t["pairs"]), difference, verdict(t),
-                 *("n/a" if p is None else f"{p:.3g}" for p in (t["p_value"], t["p_holm"]))]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+        cells.append([t["kind"], t["task"], t["method"], t["baseline"], t["metric"] + (" (lower is better)"
+                      if t["lower_is_better"] else ""), str(t["pairs"]), difference, better_cell(t),
+                      *("n/a" if p is None else f"{p:.3g}" for p in (t["p_value"], t["p_holm"]))])
+    return markdown(pd.DataFrame(cells, columns=["kind", "task", "method", "against", "metric", "pairs",
+                                                 "mean difference", "better? (Holm p < 0.05)", "p", "p (Holm)"]))
 
 
 def to_markdown(rows: list[dict], runs_dir: str | Path) -> str:

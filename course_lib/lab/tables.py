@@ -1,11 +1,7 @@
-"""The lab's tables: a pandas DataFrame as a markdown pipe table, and the statistics over seeds its cells show.
+"""The lab's tables on pandas: its group-by, the mean ± sd over seeds, and one markdown writer.
 
-Every results table of the lab (`collect`'s results page) and of the reproduction report (`benchmarks/reproduce.py`)
-is written by `markdown`, so they share one format: `| a | b |`, then `|---|---|`, then a row per frame row, each
-cell as `str` gives it and nothing padded. (`DataFrame.to_markdown` would need the `tabulate` package and pads
-columns to one width.) `seed_stats` groups a long frame of values with pandas and gives each group's mean, sample
-standard deviation (ddof=1, as `statistics.stdev`) and count; `mean_sd` writes one of them as a table's cell.
-"""
+Every results table (`collect`'s page, `benchmarks/reproduce.py`'s report) is written by `markdown`: `| a | b |`,
+`|---|---|`, a line per row, nothing padded (`DataFrame.to_markdown` needs `tabulate` and pads columns)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -13,20 +9,27 @@ import pandas as pd
 
 def markdown(frame: pd.DataFrame) -> list[str]:
     """Returns the frame as the lines of a markdown table: its column names, the rule, then one line per row."""
-    def line(cells) -> str:
-        return "| " + " | ".join(map(str, cells)) + " |"
-    rows = [line(row) for row in frame.itertuples(index=False, name=None)]
-    return [line(frame.columns), "|" + "---|" * len(frame.columns), *rows]
+    rows = frame.itertuples(index=False, name=None)
+    lines = ["| " + " | ".join(map(str, cells)) + " |" for cells in [frame.columns, *rows]]
+    return [lines[0], "|" + "---|" * len(frame.columns), *lines[1:]]
+
+
+def grouped(items: list, key) -> dict:
+    """Returns {key(item): [its items]}, the keys in the order they first appear (pandas' group-by; a key None
+    comes back as NaN)."""
+    by = pd.Series(items, dtype=object).groupby(pd.Series([key(item) for item in items], dtype=object), sort=False,
+                                                dropna=False)
+    return {name: list(members) for name, members in by}
 
 
 def seed_stats(values: pd.DataFrame, by: list[str]) -> dict:
     """Returns {first key: {second key: stats}} for the `value` column grouped by the two `by` columns, in the
     order the groups first appear. Each stats dict holds the mean, the sample standard deviation `std` (ddof=1;
     None for a single value), the number of values `n`, and `counts`, whether every value is a whole number."""
-    grouped = values.assign(whole=values["value"] % 1 == 0).groupby(by, sort=False)
-    table = grouped.agg(mean=("value", "mean"), std=("value", "std"), n=("value", "size"), counts=("whole", "all"))
+    by_key = values.assign(whole=values["value"] % 1 == 0).groupby(by, sort=False)
+    table = by_key.agg(mean=("value", "mean"), std=("value", "std"), n=("value", "size"), counts=("whole", "all"))
     stats: dict = {}
-    for (outer, inner), (mean, std, n, counts) in zip(table.index, table.itertuples(index=False, name=None)):
+    for (outer, inner), mean, std, n, counts in table.itertuples(name=None):
         stats.setdefault(outer, {})[inner] = {"mean": float(mean), "std": None if n < 2 else float(std), "n": int(n),
                                               "counts": bool(counts)}
     return stats
