@@ -4,6 +4,9 @@ Every results table (`collect`'s page, `benchmarks/reproduce.py`'s report) is wr
 `|---|---|`, a line per row, nothing padded (`DataFrame.to_markdown` needs `tabulate` and pads columns)."""
 from __future__ import annotations
 
+import math
+import statistics
+
 import pandas as pd
 
 
@@ -25,9 +28,12 @@ def grouped(items: list, key) -> dict:
 def seed_stats(values: pd.DataFrame, by: list[str]) -> dict:
     """Returns {first key: {second key: stats}} for the `value` column grouped by the two `by` columns, in the
     order the groups first appear. Each stats dict holds the mean, the sample standard deviation `std` (ddof=1;
-    None for a single value), the number of values `n`, and `counts`, whether every value is a whole number."""
+    None for a single value), the number of values `n`, and `counts`, whether every value is a whole number. The
+    mean and sd are `statistics`' (exactly rounded sums), not pandas' own, which may differ in the last bit."""
     by_key = values.assign(whole=values["value"] % 1 == 0).groupby(by, sort=False)
-    table = by_key.agg(mean=("value", "mean"), std=("value", "std"), n=("value", "size"), counts=("whole", "all"))
+    table = by_key.agg(mean=("value", statistics.fmean), n=("value", "size"), counts=("whole", "all"),
+                       std=("value", lambda v: statistics.stdev(v) if len(v) > 1 else math.nan))
+    table = table[["mean", "std", "n", "counts"]]
     stats: dict = {}
     for (outer, inner), mean, std, n, counts in table.itertuples(name=None):
         stats.setdefault(outer, {})[inner] = {"mean": float(mean), "std": None if n < 2 else float(std), "n": int(n),
