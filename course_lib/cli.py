@@ -36,7 +36,7 @@ COMMANDS = {  # the commands with a parser of their own: `python -m course_lib N
                                                "row"),
     "glue-submission": ("course_lib.lab.glue_submission", "the zip the GLUE leaderboard takes, from one finished "
                                                           "run per task; --check a zip"),
-    "cache": ("course_lib.tasks.feature_cache", "the encoded-data cache every run shares: its size, or --clear"),
+    "cache": ("course_lib.runtime.feature_cache", "the encoded-data cache every run shares: its size, or --clear"),
 }
 
 

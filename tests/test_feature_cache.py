@@ -12,8 +12,9 @@ import pytest
 from course_lib.readers.choice_files import ChoiceQuestion
 from course_lib.model.model_folder import load_tokenizer
 from course_lib import cli
-from course_lib.tasks import batching, feature_cache, multiple_choice, sentence
-from course_lib.tasks.feature_cache import EncodedSplit
+from course_lib.runtime import feature_cache
+from course_lib.runtime.feature_cache import EncodedSplit
+from course_lib.tasks import batching, multiple_choice, sentence
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.finetune import encode_split, split_features
 from course_lib.training.run import resolve

@@ -74,7 +74,7 @@ def encode_chunks(examples: list[Example], tokenizer, max_len: int, chunk_size: 
     (`feature_cache.EncodedSplit`), a chunk of examples at a time: the cache writes each chunk to disk as it
     comes, so on a large training set (MNLI's 393k pairs) no Python object per token is ever kept. None when the
     labels are not all class ids or all scores (an unlabelled test split): those features are not cached."""
-    from course_lib.tasks import feature_cache  # here: a notebook's first cell loads the lesson, not the cache
+    from course_lib.runtime import feature_cache  # here: a notebook's first cell loads the lesson, not the cache
 
     _check_encodable(examples, max_len)
     if feature_cache.column([ex.label for ex in examples]) is None:

@@ -193,10 +193,10 @@ def task_examples(run: Run) -> tuple[list, dict[str, list]]:
 
 def encode_split(run: Run, examples, tokenizer, training: bool, files: dict | None = None):
     """A split's features as the run's family encodes them, read from the encoded-data cache when another run
-    encoded the same examples the same way (`tasks.feature_cache`), else encoded and written there. `files`: the
+    encoded the same examples the same way (`runtime.feature_cache`), else encoded and written there. `files`: the
     split's files' content (`split_features`), the key instead of the examples, which `examples()` then reads
     only when the split was not encoded before."""
-    from course_lib.tasks import feature_cache  # here: a notebook's first cell loads the lesson, not the cache
+    from course_lib.runtime import feature_cache  # here: a notebook's first cell loads the lesson, not the cache
 
     cfg, family = run.cfg, run.family
     what = {"family": family.name, "task": run.task.name, "training": training, "max_len": cfg.max_len,
@@ -213,7 +213,7 @@ def split_features(run: Run, split: str, tokenizer, training: bool, seconds: dic
     names its split's files (GLUE's TSVs: `split_files`) is keyed on their content, so a run that finds the
     split encoded before does not read it at all; the others are read, then keyed on their examples.
     seconds["read"] adds the time spent reading."""
-    from course_lib.tasks import feature_cache  # here: a notebook's first cell loads the lesson, not the cache
+    from course_lib.runtime import feature_cache  # here: a notebook's first cell loads the lesson, not the cache
 
     cfg, task = run.cfg, run.task
     cap = sample_cap(cfg, split)

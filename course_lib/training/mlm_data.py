@@ -111,8 +111,8 @@ def pack_blocks(lines: list[str], tokenizer, max_len: int, chunk_size: int = 409
 
 def cached_blocks(lines: list[str], tokenizer, max_len: int) -> list[list[int]]:
     """`pack_blocks`, read from the encoded-data cache when another run packed the same lines with the same
-    tokenizer and length (`tasks.feature_cache`), else packed and written there."""
-    from course_lib.tasks import feature_cache  # here: a notebook's first cell loads the lesson, not the cache
+    tokenizer and length (`runtime.feature_cache`), else packed and written there."""
+    from course_lib.runtime import feature_cache  # here: a notebook's first cell loads the lesson, not the cache
 
     what = {"family": "mlm_blocks", "max_len": max_len}
     split = feature_cache.cached(what, lines, tokenizer,

@@ -117,7 +117,7 @@ def build_multitask(cfg: MultitaskConfig, encoder, tokenizer, runs: list[Run] | 
 def encode_task(cfg: MultitaskConfig, run: Run, examples: list, tokenizer, training: bool) -> list[dict]:
     """A task's features as its family encodes them, or both sentences of a pair apart (pair_encoding separate)."""
     if run.task.name in cfg.separate_pair_tasks():
-        from course_lib.tasks import feature_cache  # here: a notebook's first cell loads the lesson, not the cache
+        from course_lib.runtime import feature_cache  # here: a notebook's first cell loads the lesson, not the cache
 
         what = {"family": "separate_pairs", "task": run.task.name, "training": training, "max_len": cfg.max_len}
         return feature_cache.cached(what, examples, tokenizer,
