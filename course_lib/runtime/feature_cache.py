@@ -35,8 +35,8 @@ import numpy as np
 from course_lib.runtime.errors import Parser, UsageError, report_errors
 
 CACHE_ENV = "ATTENTION_LAB_CACHE"
-ENCODERS = ("readers", "tasks", "training/mlm_data.py", "model/pair_heads.py")  # course_lib/'s code that reads
-#   and encodes data: an entry keyed on a data file's content is only as good as the reader that read it
+ENCODERS = ("readers", "tasks", "training/mlm_data.py", "model/pair_heads.py", "runtime/feature_cache.py")  # the
+#   code that reads, encodes and stores data: an entry keyed on a data file's content is only as good as it
 SCALARS = {int: "int", float: "float", str: "str"}
 
 
