@@ -137,15 +137,19 @@ class FinetuneConfig(TrainingRunConfig):
         return values
 
     @model_validator(mode="after")
-    def check_exportable(self):
+    def _exportable(self):
+        if self.export:  # refused before training, not when the finished run is exported
+            self.check_exportable()
+        return self
+
+    def check_exportable(self) -> None:
         """Refuse, in one line, a run whose model transformers cannot hold (`Method.export_refusal`)."""
-        refusal = get_method(self.method).export_refusal if self.export else None
+        refusal = get_method(self.method).export_refusal
         if refusal is not None:
             raise UsageError(f"method {self.method!r} cannot be exported as a transformers BERT: {refusal}")
         family = family_of(self.task, self.task_type)
-        if self.export and family.hf_class is None:
+        if family.hf_class is None:
             raise UsageError(f"the {family.name} family has no transformers model class to export to")
-        return self
 
     @classmethod
     def nested(cls, values: dict) -> dict[str, type]:
