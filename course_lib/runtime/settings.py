@@ -1,23 +1,21 @@
 """The one way a setting is declared and checked: pydantic models on `Settings`, every mistake one line.
 
-A field is declared once, `lr: float = Field(2e-5, description="peak learning rate", gt=0)`: its type, default,
-range and --help text. Names from a fixed set are `Literal[...]`; names from a registry are checked by the
-config's validator. The checks are pydantic's (strict types, an int taken where a float is expected, unknown keys
-refused, assignment checked too), and its multi-line report is folded into one `UsageError` naming the field, the
-bad value and the valid ones. A float written as `5e-5` in YAML (text to PyYAML) is read as the number.
+A field is declared once, `lr: float = Field(2e-5, gt=0, description="peak learning rate")`: type, default, range
+and --help text; fixed names are `Literal[...]`, a registry's names are checked by the config's validator. pydantic
+checks (strict types, an int taken for a float, unknown keys, every assignment); `folded` turns its multi-line
+report into one `UsageError` naming the field, the bad value and the valid ones. A float written `5e-5` in YAML
+(text to PyYAML, whose floats need a '.') is read as the number.
 
-A run config may hold another config as one of its fields: a method's options (`ASAOptions`, in the method's
-module) or its task family's (`SpanQAOptions`). Such a field is nested in Python (`cfg.options.asa_tau`) and flat
-everywhere else: `from_dict` takes its keys beside the run's own, `to_dict` writes them there, so the command
-line, YAML grids, notebook parameters and `metrics.json` name each option once, as `asa_tau`.
-`first_difference` tells whether a saved run was made with the same settings.
+A run config may hold another config: a method's options (`ASAOptions`) or its task family's (`SpanQAOptions`),
+nested in Python (`cfg.options.asa_tau`) and flat everywhere else (`from_dict`, `to_dict`: the command line, YAML
+grids, notebook parameters and `metrics.json` name each option once, as `asa_tau`).
 """
 from __future__ import annotations
 
 import typing
 from typing import Literal
 
-import annotated_types
+import annotated_types as bounds
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from course_lib.runtime.errors import UsageError
@@ -25,10 +23,8 @@ from course_lib.runtime.errors import UsageError
 
 def kinds(annotation) -> tuple:
     """The alternatives of a field's type: (str, NoneType) for `str | None`."""
-    return typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, _UnionType) else (annotation,)
-
-
-_UnionType = type(int | None)
+    union = typing.get_origin(annotation) in (typing.Union, type(int | None))
+    return typing.get_args(annotation) if union else (annotation,)
 
 
 def literal_names(annotation) -> tuple:
@@ -37,42 +33,37 @@ def literal_names(annotation) -> tuple:
 
 
 def _type_names(annotation) -> str:
-    allowed = [k for k in kinds(annotation)]
-    allowed += [int] if float in allowed else []
-    return " or ".join("None" if k is type(None) else getattr(k, "__name__", str(k)) if isinstance(k, type)
-                       else str(k) for k in allowed)
+    allowed = [*kinds(annotation), *([int] if float in kinds(annotation) else [])]
+    return " or ".join("None" if k is type(None) else k.__name__ if isinstance(k, type) else str(k) for k in allowed)
 
 
 def _rule(field) -> str:
     """A field's range as the messages word it: '> 0', '>= 0', 'in [0, 1)'."""
-    bound = {type(m).__name__: getattr(m, type(m).__name__.lower()) for m in field.metadata
-             if isinstance(m, (annotated_types.Gt, annotated_types.Ge, annotated_types.Lt, annotated_types.Le))}
-    low = ("[", bound["Ge"]) if "Ge" in bound else ("(", bound["Gt"]) if "Gt" in bound else None
-    high = (bound["Lt"], ")") if "Lt" in bound else (bound["Le"], "]") if "Le" in bound else None
+    b = {type(m).__name__.lower(): getattr(m, type(m).__name__.lower()) for m in field.metadata
+         if isinstance(m, (bounds.Gt, bounds.Ge, bounds.Lt, bounds.Le))}
+    low = ("[", ">=", b["ge"]) if "ge" in b else ("(", ">", b["gt"]) if "gt" in b else None
+    high = (")", "<", b["lt"]) if "lt" in b else ("]", "<=", b["le"]) if "le" in b else None
     if low and high:
-        return f"in {low[0]}{low[1]}, {high[0]}{high[1]}"
-    return f"{'>' if low[0] == '(' else '>='} {low[1]}" if low else f"{'<' if high[1] == ')' else '<='} {high[0]}"
+        return f"in {low[0]}{low[2]}, {high[2]}{high[0]}"
+    return " ".join(map(str, (low or high)[1:]))
 
 
 def folded(cls, err: ValidationError) -> UsageError:
-    """pydantic's report as one line: its first error, naming the field, the bad value and the valid ones; a
-    UsageError a validator raised, as it was."""
+    """pydantic's report as one line, of its first error; a UsageError a validator raised, as it was."""
     first = err.errors()[0]
     if isinstance((first.get("ctx") or {}).get("error"), UsageError):
         return first["ctx"]["error"]
     loc, value, kind = first["loc"], first["input"], first["type"]
-    name = str(loc[0]) if loc else ""
-    where = f"{cls.__name__}.{name}" + "".join(f"[{part!r}]" for part in loc[1:])
-    field = cls.model_fields.get(name)
+    name, top = (str(loc[0]) if loc else ""), len(loc) == 1
+    where, field = f"{cls.__name__}.{name}" + "".join(f"[{part!r}]" for part in loc[1:]), cls.model_fields.get(name)
     if kind == "extra_forbidden":
         return UsageError(f"unknown {cls.__name__} option {name!r} (valid: {', '.join(sorted(cls.model_fields))})")
-    if kind == "literal_error" and field is not None and len(loc) == 1:
+    if kind == "literal_error" and top:
         return UsageError(f"unknown {name} {value!r} (valid: {', '.join(map(str, literal_names(field.annotation)))})")
-    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal") and len(loc) == 1:
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal") and top:
         return UsageError(f"{where} must be {_rule(field)}, got {value!r}")
-    if kind.endswith("_type") or kind == "model_type":
-        expected = _type_names(field.annotation) if len(loc) == 1 else kind.removesuffix("_type").replace(
-            "string", "str").replace("dict", "mapping")
+    if kind.endswith("_type"):
+        expected = _type_names(field.annotation) if top else kind[:-5].replace("string", "str")
         return UsageError(f"{where} must be {expected}, got {value!r} ({type(value).__name__})")
     return UsageError(f"{where}: {first['msg']}, got {value!r}")
 
@@ -90,12 +81,12 @@ class Settings(BaseModel):
 
     def __setattr__(self, name: str, value) -> None:
         """Check the value; refuse a name that is no field (`cfg.doc_stride = 64` on a run whose strides are
-        `cfg.task_options`' would otherwise go unread)."""
+        `cfg.task_options`' would otherwise go unread); None for a nested config: its defaults."""
         if name not in type(self).model_fields:
             raise AttributeError(f"{type(self).__name__} has no field {name!r} (its fields: "
                                  f"{', '.join(type(self).model_fields)})")
         if value is None and name in (nested := type(self).nested(dict(self))):
-            value = nested[name]()  # as on construction: None is the nested class's defaults
+            value = nested[name]()
         try:
             super().__setattr__(name, value)
         except ValidationError as err:
@@ -104,7 +95,7 @@ class Settings(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _yaml_numbers(cls, value, info):
-        """PyYAML follows YAML 1.1, whose floats need a '.': `5e-5` arrives as text; a float field reads it."""
+        """`5e-5` from YAML is text: a float field reads the number."""
         if isinstance(value, str) and float in kinds(cls.model_fields[info.field_name].annotation):
             try:
                 return float(value)
@@ -115,8 +106,7 @@ class Settings(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _fill_nested(cls, values):
-        """Each field that holds a nested config (`nested`) gets its class's defaults when None; another class is
-        refused."""
+        """A field that holds a nested config (`nested`): None is its class's defaults; another class is refused."""
         if not isinstance(values, dict):
             return values
         values = dict(values)
@@ -134,7 +124,7 @@ class Settings(BaseModel):
 
     @classmethod
     def nested(cls, values: dict) -> dict[str, type]:
-        """{field: config class} of the fields that hold another config, flat in `values` (a fine-tuning run's
+        """{field: config class} of the fields that hold another config, for flat `values` (a fine-tuning run's
         method options: which class depends on values["method"])."""
         return {}
 
@@ -144,20 +134,18 @@ class Settings(BaseModel):
         return []
 
     @classmethod
-    def flat_hints(cls, classes: list[type] | None = None) -> dict:
-        """The type of every key the flat form may hold: the fields' (not those that hold a nested config) and
-        every nested class's fields' (or those of `classes` only)."""
-        hints = {}
-        for klass in (*(cls.option_classes() if classes is None else classes), cls):
-            hints.update({name: f.annotation for name, f in klass.model_fields.items()})
-        return {k: v for k, v in hints.items() if k not in cls.nested({})}
+    def foreign(cls, values: dict | None) -> dict[str, str]:
+        """{key: who reads it} for the keys another choice would read (another method's options); it may leave out
+        what no key of `values` needs; values None: every such key."""
+        return {}
 
     @classmethod
-    def foreign(cls, values: dict | None) -> dict[str, str]:
-        """{key: who reads it} for the keys another choice would read (another method's options): refused by
-        from_dict, or dropped when asked (`others`). It may leave out what no key of `values` needs; values None:
-        every such key."""
-        return {}
+    def flat_hints(cls, classes: list[type] | None = None) -> dict:
+        """The type of each key of the flat form: the fields' (but those holding a nested config) and every nested
+        class's fields' (or those of `classes` only)."""
+        hints = {name: f.annotation for klass in (*(cls.option_classes() if classes is None else classes), cls)
+                 for name, f in klass.model_fields.items()}
+        return {k: v for k, v in hints.items() if k not in cls.nested({})}
 
     @classmethod
     def from_dict(cls, values: dict, others: str = "refuse"):
@@ -183,14 +171,13 @@ class Settings(BaseModel):
     def to_dict(self) -> dict:
         """The flat form: a nested config's fields in place of the field that holds it."""
         values = {}
-        for name in type(self).model_fields:
-            value = getattr(self, name)
+        for name, value in self:
             values.update(value.to_dict() if isinstance(value, Settings) else {name: value})
         return values
 
     def replace(self, **changes):
         """A copy with `changes`, checked as a new config is (pydantic's model_copy checks nothing)."""
-        return type(self)(**{**{name: getattr(self, name) for name in type(self).model_fields}, **changes})
+        return type(self)(**{**dict(self), **changes})
 
 
 class NoOptions(Settings):
@@ -198,13 +185,12 @@ class NoOptions(Settings):
 
 
 def first_difference(saved: dict, config) -> str | None:
-    """The first field (by name) where a saved run's config differs from `config` (a Settings config or any
-    with `to_dict`), else None; output_dir and fields that do not change what the run computes (declared with
-    `json_schema_extra={"same_run": False}`, as `export`) aside. A field the saved config lacks differs: every run
-    saves its whole config (the results archive was migrated to hold whole configs too), so a file without the
-    field was saved by an older version, which may have done something else there."""
-    mine = config.to_dict()
-    fields = getattr(type(config), "model_fields", {})
-    aside = {"output_dir", *(name for name, f in fields.items() if (f.json_schema_extra or {}).get("same_run") is False)}
+    """The first field (by name) where a saved run's config differs from `config` (anything with `to_dict`), else
+    None; output_dir and fields that do not change what the run computes (`json_schema_extra={"same_run": False}`,
+    as `export`) aside. A field the saved config lacks differs: every run saves its whole config (the archive was
+    migrated to hold whole configs), so a file without it was saved by an older version, which may have done
+    something else there."""
+    mine, fields = config.to_dict(), getattr(type(config), "model_fields", {})
+    aside = {"output_dir", *(k for k, f in fields.items() if (f.json_schema_extra or {}).get("same_run") is False)}
     diff = sorted(k for k in mine if k not in aside and (k not in saved or saved[k] != mine[k]))
     return diff[0] if diff else None
