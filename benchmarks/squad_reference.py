@@ -80,7 +80,8 @@ def _config(budget: SquadBudget, files: tuple[Path, Path], model, method: str, o
                           validation_file=str(files[1]), max_train_samples=budget.train_questions,
                           max_eval_samples=budget.eval_questions,
                           epochs=budget.epochs, max_len=budget.max_len,
-                          task_options=SpanQAOptions(budget.doc_stride, budget.max_query_length),
+                          task_options=SpanQAOptions(doc_stride=budget.doc_stride,
+                                                     max_query_length=budget.max_query_length),
                           batch_size=budget.batch_size, lr=budget.lr, seed=budget.seed,
                           fast_kernels=method != REFERENCE, output_dir=str(out / method))
 

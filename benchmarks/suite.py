@@ -13,7 +13,6 @@ by their median and interquartile range. Speed targets are checked here, by prin
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import statistics
@@ -299,7 +298,7 @@ def methods(model_name=None, batch_size: int = 32, seq_len: int = 64, repeats: i
     cfg, model, optimizer, tokenizer = contestants["ssa-hybrid"]
     steps.clear()  # the other models' memory back before the epoch-long measurement
     contestants.clear()
-    probing = {bf16: dataclasses.replace(cfg, options=dataclasses.replace(cfg.options, ssa_probe_bf16=bf16))
+    probing = {bf16: cfg.replace(options=cfg.options.replace(ssa_probe_bf16=bf16))
                for bf16 in (False, True)}
     ssa = [_ssa_label_share(probing[bf16], model, optimizer, tokenizer,
                             lines[:epoch_examples], epoch, epoch_repeats, accelerator)

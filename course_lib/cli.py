@@ -1,7 +1,7 @@
 """`python -m course_lib COMMAND ...`: the one command line.
 
-The training commands (finetune, pretrain, multitask) are built from the config dataclasses: every option is a
-field, so CLI, notebooks and YAML share one set of names and checks. The other commands (`COMMANDS` below:
+The training commands (finetune, pretrain, multitask) are built from the config models (`runtime.settings`):
+every option is a field, so CLI, notebooks and YAML share one set of names and checks. The other commands (`COMMANDS` below:
 notebooks, sweep, collect, check, assignment, export, predict, glue-submission, cache) get their
 arguments handed to their own parsers.
 Mistakes end with one line on stderr naming the bad value and the valid ones, and exit code 2.
@@ -9,7 +9,6 @@ Mistakes end with one line on stderr naming the bad value and the valid ones, an
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import json
 import re
@@ -18,7 +17,7 @@ import typing
 
 from course_lib.runtime.errors import Parser, UsageError, report_errors
 from course_lib.fast.allocator import keep_freed_memory, memory_mode
-from course_lib.runtime.validated import field_docs
+from course_lib.runtime.settings import kinds
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, field_choices
 
 COMMANDS = {  # the commands with a parser of their own: `python -m course_lib NAME ARGS` runs NAME's main(ARGS)
@@ -62,32 +61,30 @@ def _option_help(doc: str, choices: tuple[str, ...]) -> str:
     return doc.replace("%", "%%")
 
 
-def _add_field(parser, config_cls, f, hints: dict, docs: dict, choices: dict, given_only: bool = False) -> None:
-    """One option for one field, its help read from the field's metadata, with its choices and default.
-    given_only: absent from the parsed options unless given (a method's options: from_dict refuses another
-    method's, so only what the command line names may reach it)."""
-    kinds = [t for t in (typing.get_args(hints[f.name]) or (hints[f.name],)) if t is not type(None)]
-    flag = "--" + f.name.replace("_", "-")
-    text = _option_help(docs.get(f.name, ""), choices.get(f.name, ()))
-    default = argparse.SUPPRESS if given_only else f.default
-    if given_only:
-        text += f" (default: {f.default})"
-    if kinds == [bool]:
-        parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=text)
+def _add_field(parser, name: str, field, choices: dict, given_only: bool = False) -> None:
+    """One option for one field, its help the field's description, with its choices and default. given_only:
+    absent from the parsed options unless given (a method's options: from_dict refuses another method's, so only
+    what the command line names may reach it). A list or a mapping is given as JSON."""
+    kind = next(k for k in kinds(field.annotation) if k is not type(None))
+    kind = kind if kind in (bool, int, float) else json.loads if (typing.get_origin(kind) or kind) in (list, dict) \
+        else str
+    flag, default = "--" + name.replace("_", "-"), field.get_default(call_default_factory=True)
+    text = _option_help(field.description or "", choices.get(name, ()))
+    text += f" (default: {default})" if given_only else ""
+    keywords = dict(dest=name, default=argparse.SUPPRESS if given_only else default, help=text)
+    if kind is bool:
+        parser.add_argument(flag, action=argparse.BooleanOptionalAction, **keywords)
     else:
-        parser.add_argument(flag, dest=f.name, type=kinds[0], default=default, help=text,
-                            metavar=kinds[0].__name__.upper())
+        parser.add_argument(flag, type=kind, metavar="JSON" if kind is json.loads else kind.__name__.upper(),
+                            **keywords)
 
 
 def _add_flat_options(parser: argparse.ArgumentParser, config_cls, listed: bool = True) -> None:
     """One option per field of the config itself (not the fields that hold a method's or family's options).
     listed: the help lists the registries' names (every task and method, loading them all)."""
-    choices = field_choices(config_cls) if listed else getattr(config_cls, "choices", {})
-    hints, docs = typing.get_type_hints(config_cls), field_docs(config_cls)
-    flat = config_cls.flat_hints(classes=[])  # the fields that hold no nested options
-    for f in dataclasses.fields(config_cls):
-        if f.name in flat:
-            _add_field(parser, config_cls, f, hints, docs, choices)
+    choices = field_choices(config_cls) if listed else {}
+    for name in config_cls.flat_hints(classes=[]):  # the fields that hold no nested options
+        _add_field(parser, name, config_cls.model_fields[name], choices)
 
 
 def _run_option_classes(config_cls, argv: list[str]) -> list[type]:
@@ -107,15 +104,15 @@ def _add_config_options(parser: argparse.ArgumentParser, config_cls, classes: li
     groups: dict[str, list] = {}  # who reads an option: its options, in declaration order
     readers = config_cls.foreign(None) if classes is None else {}  # each option's readers (for --help)
     for options in config_cls.option_classes() if classes is None else classes:
-        for f in dataclasses.fields(options):
-            title = f"options of {readers[f.name]}" if readers else options.__doc__.rstrip(".")
-            if all(f.name != seen.name for fs in groups.values() for seen, _ in fs):
-                groups.setdefault(title, []).append((f, options))
+        for name in options.model_fields:
+            title = f"options of {readers[name]}" if readers else options.__doc__.rstrip(".")
+            if all(name != seen for members in groups.values() for seen, _ in members):
+                groups.setdefault(title, []).append((name, options))
     for title, members in groups.items():
         group = parser.add_argument_group(title)
-        for f, options in members:
-            _add_field(group, options, f, typing.get_type_hints(options), field_docs(options),
-                       field_choices(options), given_only=bool(readers) or classes is not None)
+        for name, options in members:
+            _add_field(group, name, options.model_fields[name], field_choices(options),
+                       given_only=bool(readers) or classes is not None)
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:

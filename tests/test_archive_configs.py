@@ -14,7 +14,7 @@ import pytest
 from course_lib.lab.records import KINDS
 from course_lib.runtime.errors import UsageError
 from course_lib.runtime.run_folder import check_same_run
-from course_lib.runtime.validated import first_difference
+from course_lib.runtime.settings import first_difference
 from course_lib.training.config import FinetuneConfig
 
 ROOT = Path(__file__).resolve().parent.parent

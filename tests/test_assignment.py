@@ -3,7 +3,6 @@ imports and fails every public check on its own stub, builds repeat byte for byt
 torch's, and every question's reference solution (and its stored outputs) agrees with an oracle that shares no code
 with it: Hugging Face's BERT modules, torch.optim.AdamW, entmax, or the formula. Grading a copy with answers put back
 (`grade` and the Gradescope autograder, one process per question) is tests/test_gradescope.py's."""
-import dataclasses
 import math
 import os
 import subprocess
@@ -209,7 +208,7 @@ def held_to(oracle: torch.Tensor, atol: float = ORACLE_ATOL, **candidates: torch
 def twin_bert(state: dict[str, torch.Tensor] | None = None, num_layers: int = 1, seed: int = 0):
     """Our BertModel of the public checks' tiny shape (random weights, or `state` loaded over them) and Hugging
     Face's BertModel holding the same weights through `ours_to_hf`: float64, eager attention, eval mode."""
-    cfg = dataclasses.replace(public_checks.tiny_config(), num_hidden_layers=num_layers)
+    cfg = public_checks.tiny_config().replace(num_hidden_layers=num_layers)
     torch.manual_seed(seed)
     ours = BertModel(cfg).double().eval()
     with torch.no_grad():

@@ -1,6 +1,5 @@
 """The command lines' contract: a mistake is one line on stderr and exit code 2 before any training, and
 --help says what each option means, its default and its valid values."""
-import dataclasses
 import json
 import os
 import re
@@ -19,7 +18,6 @@ from course_lib.model.weights import check_fits_model
 from course_lib.model.model_folder import default_model_dir
 from course_lib import cli
 from course_lib.runtime.errors import UsageError, yaml_float_hint
-from course_lib.runtime.validated import field_docs
 from course_lib.tasks.glue import GLUE_TASKS
 from course_lib.tasks.registry import every_task
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, RunConfig, TrainingRunConfig
@@ -113,6 +111,29 @@ def test_range_error_names_the_bad_field_and_its_value(cls, field, value, rule, 
     assert str(err.value) == f"{name}.{field} must be {rule}, got {value!r}"
 
 
+def test_assignment_is_checked_as_construction_is():
+    cfg = FinetuneConfig()
+    with pytest.raises(UsageError) as err:
+        cfg.lr = -1
+    assert str(err.value) == "FinetuneConfig.lr must be > 0, got -1" and cfg.lr == 2e-5
+    with pytest.raises(UsageError, match=r"^unknown mixed_precision 'fp8' \(valid: no, fp16, bf16\)$"):
+        cfg.mixed_precision = "fp8"
+    with pytest.raises(AttributeError, match="FinetuneConfig has no field 'doc_stride'"):
+        cfg.doc_stride = 64  # a span-QA run's stride is cfg.task_options'
+    cfg.options = None  # None is the method's defaults, as on construction
+    assert cfg.options is not None and cfg.to_dict() == FinetuneConfig().to_dict()
+
+
+def test_a_float_that_yaml_11_reads_as_text_is_the_number_and_types_stay_strict():
+    cfg = FinetuneConfig.from_dict({"lr": "5e-5", "method": "asa", "asa_tau": "1e-1"})
+    assert (cfg.lr, cfg.options.asa_tau) == (5e-5, 0.1)
+    with pytest.raises(UsageError, match=r"^FinetuneConfig.lr must be float or int, got 'fast' \(str\)$"):
+        FinetuneConfig(lr="fast")
+    with pytest.raises(UsageError, match=r"^FinetuneConfig.epochs must be int, got 2.5 \(float\)$"):
+        FinetuneConfig(epochs=2.5)
+    assert type(FinetuneConfig(lr=1).lr) is float  # an int where a float is expected: the float, as saved
+
+
 def test_save_every_minus_one_on_the_command_line(capsys):
     assert cli.main(["finetune", "--save-every", "-1"]) == 2
     assert "FinetuneConfig.save_every must be >= 0, got -1" in one_line(capsys)
@@ -141,10 +162,13 @@ def option_help(text: str) -> dict[str, str]:
     return {entry.split()[0].rstrip(","): " ".join(entry.split()) for entry in entries}
 
 
+def field_docs(cls) -> dict[str, str | None]:
+    return {name: f.description for name, f in cls.model_fields.items()}
+
+
 def test_every_config_field_is_documented():
     for cls in CONFIGS.values():
-        docs = field_docs(cls)
-        assert [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)] == [], cls.__name__
+        assert [name for name, doc in field_docs(cls).items() if not doc] == [], cls.__name__
 
 
 def test_the_shared_fields_are_documented_once_and_keep_each_commands_defaults():
@@ -153,13 +177,14 @@ def test_the_shared_fields_are_documented_once_and_keep_each_commands_defaults()
         shared = field_docs(base)
         for cls in classes:
             assert {name: field_docs(cls)[name] for name in shared} == shared, cls.__name__
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainingRunConfig)}
+    defaults = {name: f.default for name, f in TrainingRunConfig.model_fields.items()}
     for cls in (FinetuneConfig, MultitaskConfig):
-        assert {f.name: f.default for f in dataclasses.fields(cls) if f.name in defaults} == defaults
-    shared = {f.name: f.default for f in dataclasses.fields(RunConfig)}
-    changed = {f.name: f.default for f in dataclasses.fields(PretrainConfig)
-               if shared.get(f.name, f.default) != f.default}
+        assert {name: f.default for name, f in cls.model_fields.items() if name in defaults} == defaults
+    shared = {name: f.default for name, f in RunConfig.model_fields.items()}
+    changed = {name: f.default for name, f in PretrainConfig.model_fields.items()
+               if shared.get(name, f.default) != f.default}
     assert changed == {"lr": 1e-4, "weight_decay": 0.0, "log_every": 10}  # the AG paper's recipe; a denser curve
+    assert PretrainConfig.model_fields["lr"].metadata == RunConfig.model_fields["lr"].metadata  # its range kept
     assert (FinetuneConfig().output_dir, MultitaskConfig().output_dir) == ("runs/finetune", "runs/multitask")
 
 
@@ -169,10 +194,10 @@ def test_help_gives_each_options_description_and_default(command, capsys, monkey
     cls = CONFIGS[command]
     flat = cls.flat_hints()  # a field that holds a method's options is no flag: its fields are
     for owner in (cls, *cls.option_classes()):
-        for f in dataclasses.fields(owner):
-            if f.name in flat:
-                entry = entries["--" + f.name.replace("_", "-")]
-                assert field_docs(owner)[f.name] in entry and entry.endswith(f"(default: {f.default})"), entry
+        for name, f in owner.model_fields.items():
+            if name in flat:
+                entry = entries["--" + name.replace("_", "-")]
+                assert f.description in entry and entry.endswith(f"(default: {f.default})"), entry
 
 
 def test_help_lists_the_valid_names(capsys, monkeypatch):

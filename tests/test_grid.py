@@ -1,7 +1,6 @@
 """Notebook plumbing: grids of runs in one process (`course_lib.lab.grid`): their folders are named as the sweep
 names its runs, a variant adds runs for the methods it names, each run takes from the grid's method options those
 its method reads and keeps only its own, every option is checked first, and a finished run is read back."""
-import dataclasses
 import json
 
 import nbformat
@@ -150,7 +149,7 @@ def test_another_folders_identical_finished_run_is_copied_not_trained_and_a_chan
     assert (donor / "metrics.json").read_bytes() == donor_metrics  # the donor's own file never changes
     assert not list((tmp_path / "demo").glob(".*copying"))
 
-    changed = run_grid(dataclasses.replace(base, lr=2e-3), tmp_path / "changed", methods=["vanilla"])
+    changed = run_grid(base.replace(lr=2e-3), tmp_path / "changed", methods=["vanilla"])
     assert len(trained) == 1 and changed["sst2", "vanilla", 0, ""]["config"]["lr"] == 2e-3  # any field differs: trains
 
 

@@ -1,6 +1,5 @@
 """The method registry: a method defined and registered outside course_lib fine-tunes like a built-in one, and the
 training code asks the registry instead of testing method names."""
-import dataclasses
 import re
 from pathlib import Path
 
@@ -11,7 +10,6 @@ from course_lib.methods import registry as methods
 from course_lib.methods.registry import METHODS, Method, every_method, get_method, register
 from course_lib.model.weights import load_pretrained
 from course_lib.runtime.errors import UsageError
-from course_lib.runtime.validated import field_docs
 from course_lib.tasks.registry import every_family
 from course_lib.tasks.sentence import plain_head
 from course_lib.training.config import FinetuneConfig
@@ -83,14 +81,13 @@ def test_a_second_method_of_the_same_name_is_refused():
 def test_every_methods_options_are_its_own_and_mean_one_thing():
     """No option shadows a recipe field, and an option two methods read (ASA's divergences, SSA's sampler) has
     one type and one default in both, so a flat key means the same whichever method reads it."""
-    recipe = {f.name for f in dataclasses.fields(FinetuneConfig)}
+    recipe = set(FinetuneConfig.model_fields)
     seen = {}
     for method in every_method().values():
-        docs = field_docs(method.options)
-        for f in dataclasses.fields(method.options):
-            assert f.name not in recipe, (method.name, f.name)
-            meaning = (f.type, f.default, docs[f.name], method.options.choices.get(f.name))
-            assert seen.setdefault(f.name, meaning) == meaning, (method.name, f.name)
+        for name, f in method.options.model_fields.items():
+            assert name not in recipe, (method.name, name)
+            meaning = (f.annotation, f.default, f.description, repr(f.metadata))  # type and names, default, help, range
+            assert seen.setdefault(name, meaning) == meaning, (method.name, name)
         assert method.families is None or method.families, method.name  # None: every family; never none of them
     for name in ("ssa-co", "ssa-hybrid", "bert-mask"):  # defined on sentence classification only
         assert get_method(name).families == ("sentence",), name

@@ -108,7 +108,7 @@ def test_the_page_has_exactly_the_defaults_tables_this_test_knows(tables):
 def test_every_method_with_options_has_a_section():
     """vanilla and mean-pool take no options, so no table lists them; every other method is some section's."""
     methods = {**every_method(), **PRETRAIN_METHODS.every()}
-    with_options = {name for name, m in methods.items() if dataclasses.fields(m.options)}
+    with_options = {name for name, m in methods.items() if m.options.model_fields}
     covered = {name for names in METHOD_SECTIONS.values() for name in names}
     assert with_options == covered
     assert set(methods) - with_options == {"vanilla", "mean-pool"}
@@ -120,10 +120,10 @@ def method_section_problems(section: str, rows: list[Row]) -> list[str]:
     declared: dict[str, object] = {}
     problems = []
     for method in METHOD_SECTIONS[section]:
-        for f in dataclasses.fields(options_class(method)):
-            if f.name in declared and declared[f.name] != f.default:  # one option of several methods: one default
-                problems.append(f"{f.name}: {method}'s default {f.default!r} differs from {declared[f.name]!r}")
-            declared[f.name] = f.default
+        for name, f in options_class(method).model_fields.items():
+            if name in declared and declared[name] != f.default:  # one option of several methods: one default
+                problems.append(f"{name}: {method}'s default {f.default!r} differs from {declared[name]!r}")
+            declared[name] = f.default
     listed = [name for row in rows for name in row.fields]
     problems += [f"{name}: not listed" for name in declared if name not in listed]
     problems += [f"{name}: listed, not an option of {', '.join(METHOD_SECTIONS[section])}"
@@ -154,7 +154,7 @@ def test_the_multitask_table_lists_the_configs_own_fields_with_the_defaults_a_ru
     plain, course = MultitaskConfig(), MultitaskConfig(cs224n=True)  # None defaults are resolved by validation
     method_row, *rows = sorted(tables[MULTITASK_SECTION], key=lambda row: row.default != "as in section 1")
     assert method_row.default == "as in section 1"
-    assert set(method_row.fields) == {f.name for f in dataclasses.fields(get_method(MultitaskConfig.ssa_method).options)}
+    assert set(method_row.fields) == set(get_method(MultitaskConfig.default("ssa_method")).options.model_fields)
     listed = {name for row in rows for name in row.fields}
     assert listed == own - set(MULTITASK_NOT_LISTED)
     wrong = []

@@ -6,14 +6,13 @@ import pytest
 
 from course_lib.runtime.errors import UsageError
 from course_lib.runtime.registry import Registry
+from course_lib.runtime.settings import Settings
 
 
-@dataclass(frozen=True)
-class Options:
+class Options(Settings):
     shared: int = 0
 
 
-@dataclass(frozen=True)
 class MoreOptions(Options):
     own: float = 1.0
 

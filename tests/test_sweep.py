@@ -224,12 +224,19 @@ def test_the_demo_grid_points_notebook_06_at_the_demos_own_runs(tmp_path):
     assert all(not config.parameters for name, config in runs.items() if name != "06_results")
 
 
+def test_a_float_yaml_11_reads_as_text_is_the_number(tmp_path):
+    """PyYAML reads `5e-5` (no '.') as text; a float field takes the number, as a reader of the file means it."""
+    (tmp_path / "grid.yaml").write_text("command: finetune\nbase: {lr: 5e-5}\ngrid: {seed: [0]}\n")
+    [run] = sweep.load_grid(tmp_path / "grid.yaml", tmp_path / "runs")
+    assert run.config.lr == 5e-5
+
+
 @pytest.mark.parametrize("text, message", [
     ("command: finetune\ngrid: {sed: [0, 1]}\n", "grid.yaml: unknown grid key 'sed' (valid: "),
     ("command: finetune\nbase: {epoch: 2}\ngrid: {seed: [0]}\n", "unknown base key 'epoch' (valid: "),
     ("command: finetune\ngrid: {epochs: ['2']}\n",
      "grid.yaml: grid.epochs='2': FinetuneConfig.epochs must be int, got '2' (str)"),
-    ("command: finetune\nbase: {lr: 5e-5}\ngrid: {seed: [0]}\n", "YAML reads 5e-5 as text, write 5.0e-05"),
+    ("command: finetune\nbase: {lr: fast}\ngrid: {seed: [0]}\n", "base: FinetuneConfig.lr must be float or int, got 'fast'"),
     ("command: finetune\ngrid: {task: [sst2, sst3]}\n", "grid.task='sst3': unknown task 'sst3' (valid: anli, cola"),
     ("command: finetune\ngrid: {seed: 0}\n", "grid.yaml: grid.seed must be a non-empty list of values, got 0"),
     ("command: finetune\ngrid: {seed: [0]}\nbase: {output_dir: x}\n", "base.output_dir is set per run"),

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from pydantic import Field
 
 from course_lib.methods.registry import get_method
 from course_lib.cli import main
 from course_lib.runtime.errors import UsageError
-from course_lib.runtime.validated import Validated, described, positive
+from course_lib.runtime.settings import Settings
 from course_lib.tasks import glue, sentence
 from course_lib.tasks.registry import (FAMILIES, TASKS, TaskFamily, every_task, family_of, get_task, register_family,
                                        register_task, run_task)
@@ -37,14 +38,10 @@ def test_a_glue_preset_refuses_the_options_of_a_custom_sentence_file():
         run_task(FinetuneConfig.from_dict({"task": "sst2", "text_columns": "x"}))
 
 
-@dataclass
-class LengthOptions(Validated):
+class LengthOptions(Settings):
     """The toy family's option."""
 
-    long_from: int = described(7, "a sentence of this many words or more is long")
-
-    def validate(self) -> None:
-        positive(self, "long_from")
+    long_from: int = Field(7, gt=0, description="a sentence of this many words or more is long")
 
 
 @dataclass(frozen=True)

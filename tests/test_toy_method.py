@@ -1,25 +1,32 @@
 """A method with an option of its own, defined and registered here, in the test, and nowhere else: its flag
 appears in `finetune --help`, a bad value is the one-line exit-2 error, the value lands in metrics.json, and a
-smoke run trains with it. What adding a method to the registry takes, and all it takes (issue 41)."""
+smoke run trains with it. What adding a method to the registry takes, and all it takes (issue 41). A second toy
+holds a list and a mapping, which the settings base checks element by element (issue 77)."""
 import json
-from dataclasses import dataclass
 
 import pytest
+from pydantic import Field
 
 from course_lib.methods.registry import METHODS, Method, register
 from course_lib.cli import main
-from course_lib.runtime.validated import Validated, described, unit_interval
+from course_lib.runtime.errors import UsageError
+from course_lib.runtime.settings import Settings
 from course_lib.tasks.sentence import plain_head
+from course_lib.training.config import FinetuneConfig
 
 
-@dataclass
-class ShrinkOptions(Validated):
+class ShrinkOptions(Settings):
     """The toy's options."""
 
-    shrink_factor: float = described(1.0, "multiply the pretrained word embeddings by this before fine-tuning")
+    shrink_factor: float = Field(1.0, ge=0, le=1, description=
+        "multiply the pretrained word embeddings by this before fine-tuning")
 
-    def validate(self) -> None:
-        unit_interval(self, "shrink_factor")
+
+class LayerOptions(Settings):
+    """A toy's options of container types: which layers, and a weight per task."""
+
+    toy_layers: list[int] = Field(default_factory=list, description="the encoder layers the toy touches")
+    toy_weights: dict[str, float] = Field(default_factory=dict, description="a weight per task name")
 
 
 def shrunk_embeddings(cfg, encoder, task, tokenizer):
@@ -70,3 +77,35 @@ def test_a_toy_methods_option_lands_in_metrics_json_and_the_run_trains(shrink_me
     assert runs["0.5"]["status"] == "complete"
     losses = {factor: run["history"][0]["train_loss"] for factor, run in runs.items()}
     assert losses["0.5"] != losses["1.0"]  # the option reached the model
+
+
+@pytest.fixture
+def layer_method():
+    method = register(Method("toy-layers", "a toy with a list and a mapping", LayerOptions, build_model=plain_head))
+    yield method
+    METHODS.pop(method.name)
+
+
+def test_list_and_dict_options_are_accepted_and_checked(layer_method):
+    assert FinetuneConfig(method="toy-layers").options.toy_layers == []  # its own default, which the old check refused
+    cfg = FinetuneConfig.from_dict({"method": "toy-layers", "toy_layers": [0, 2], "toy_weights": {"sst2": 1}})
+    assert cfg.options.toy_layers == [0, 2] and cfg.options.toy_weights == {"sst2": 1.0}
+    assert cfg.to_dict()["toy_layers"] == [0, 2] and isinstance(cfg.to_dict()["toy_weights"]["sst2"], float)
+    with pytest.raises(UsageError, match=r"^LayerOptions.toy_layers\[1\] must be int, got 'b' \(str\)$"):
+        FinetuneConfig.from_dict({"method": "toy-layers", "toy_layers": [1, "b"]})
+    with pytest.raises(UsageError, match=r"^LayerOptions.toy_layers must be list\[int\], got 3 \(int\)$"):
+        FinetuneConfig.from_dict({"method": "toy-layers", "toy_layers": 3})
+    with pytest.raises(UsageError, match=r"^LayerOptions.toy_weights\['sst2'\] must be float, got 'x' \(str\)$"):
+        FinetuneConfig.from_dict({"method": "toy-layers", "toy_weights": {"sst2": "x"}})
+    with pytest.raises(UsageError, match="LayerOptions.toy_layers"):
+        cfg.options.toy_layers = ["a"]  # assignment is checked too
+    assert cfg.options.toy_layers == [0, 2]
+
+
+def test_list_and_dict_options_are_json_on_the_command_line(layer_method, capsys):
+    with pytest.raises(SystemExit):
+        main(["finetune", "--help"])
+    text = capsys.readouterr().out
+    assert "--toy-layers JSON" in text and "--toy-weights JSON" in text
+    assert main(["finetune", "--method", "toy-layers", "--toy-layers", "[1, \"x\"]"]) == 2
+    assert capsys.readouterr().err.strip() == "error: LayerOptions.toy_layers[1] must be int, got 'x' (str)"

@@ -33,7 +33,7 @@ from course_lib.lab.reuse import reuse_finished_run
 from course_lib.lab.sweep import check_method_options, run_name
 from course_lib.runtime.errors import UsageError
 from course_lib.runtime.repro import progress
-from course_lib.runtime.validated import Validated
+from course_lib.runtime.settings import Settings
 from course_lib.tasks.registry import get_task
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig
 from course_lib.training.finetune import finetune
@@ -74,15 +74,15 @@ class Variant:
 class GridRun:
     key: RunKey
     name: str  # its folder under the grid's output folder: 'task=sst2,method=vanilla,seed=0'
-    config: Validated  # output_dir is that folder
+    config: Settings  # output_dir is that folder
 
 
-def _axis(base: Validated, field: str, values) -> list:
+def _axis(base: Settings, field: str, values) -> list:
     """The values the grid crosses for one field: those given, else the base's own; [None] without the field."""
-    if not any(f.name == field for f in dataclasses.fields(base)):
+    if field not in type(base).model_fields:
         if values is not None:
             raise UsageError(f"a grid of {type(base).__name__} runs cannot cross {field}s: the config has no "
-                             f"{field!r} (its fields: {', '.join(f.name for f in dataclasses.fields(base))})")
+                             f"{field!r} (its fields: {', '.join(type(base).model_fields)})")
         return [None]
     if values is None:
         return [getattr(base, field)]
@@ -103,14 +103,14 @@ def _keys_of_run(config_cls: type, values: dict) -> set[str]:
     """The flat keys a run of `config_cls` with these values has: its own fields and its chosen method's (and
     task family's) options."""
     nested = config_cls.nested(values)
-    return {f.name for klass in (config_cls, *nested.values()) for f in dataclasses.fields(klass)} - set(nested)
+    return {name for klass in (config_cls, *nested.values()) for name in klass.model_fields} - set(nested)
 
 
-def _grid_run(base: Validated, parent: Path, key: RunKey, fields: dict, task_overrides: dict,
+def _grid_run(base: Settings, parent: Path, key: RunKey, fields: dict, task_overrides: dict,
               method_options: dict) -> GridRun:
     """One run: the base, the method options its method reads, the task's overrides, the variant's fields, then
     the run's task, method and seed."""
-    own = {f.name for f in dataclasses.fields(base)}
+    own = set(type(base).model_fields)
     axes = {field: value for field, value in zip(AXES, key) if field in own}
     name = run_name({**{k: v for k, v in axes.items() if k != "seed"}, **fields, "seed": key.seed})
     changes = {**task_overrides.get(key.task, {}), **fields, **axes, "output_dir": str(parent / name)}
@@ -122,7 +122,7 @@ def _grid_run(base: Validated, parent: Path, key: RunKey, fields: dict, task_ove
         raise UsageError(f"grid run {name}: {err}") from None
 
 
-def plan_grid(base: Validated, output_dir=None, *, tasks=None, methods=None, seeds=None,
+def plan_grid(base: Settings, output_dir=None, *, tasks=None, methods=None, seeds=None,
               variants: list[Variant] | tuple = (), task_overrides: dict | None = None,
               label: str = "", method_options: dict | None = None) -> list[GridRun]:
     """Every run of the grid, validated, in the order `run_grid` runs them: the base settings (called `label`)
@@ -153,7 +153,7 @@ def plan_grid(base: Validated, output_dir=None, *, tasks=None, methods=None, see
     return list(runs.values())
 
 
-def run_grid(base: Validated, output_dir=None, *, tasks=None, methods=None, seeds=None,
+def run_grid(base: Settings, output_dir=None, *, tasks=None, methods=None, seeds=None,
              variants: list[Variant] | tuple = (), task_overrides: dict | None = None,
              label: str = "", method_options: dict | None = None) -> dict[RunKey, dict]:
     """Run the grid `plan_grid` lays out, in this process, with one progress bar over the runs; return each

@@ -54,16 +54,16 @@ def _defaults(config_class) -> dict:
     flat = config_class.flat_hints()
     values: dict = {}
     for klass in (config_class, *config_class.option_classes()):
-        for f in dataclasses.fields(klass):
-            if f.name in flat:
-                values.setdefault(f.name, f.default)
+        for name in klass.model_fields:
+            if name in flat:
+                values.setdefault(name, klass.default(name))
     return values
 
 
 def _option_names(methods: dict) -> tuple[str, ...]:
     """The flat keys of the methods' options classes (`methods`: a registry's entries by name), not a task
     family's: those describe the data."""
-    return tuple(dict.fromkeys(f.name for m in methods.values() for f in dataclasses.fields(m.options)))
+    return tuple(dict.fromkeys(name for m in methods.values() for name in m.options.model_fields))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,9 +117,8 @@ def _keys_read(config_class: type, choice: str, task: str) -> frozenset[str]:
     """The flat keys a run of `config_class` with the choosing values `choice` (JSON) reads on `task`."""
     nested = config_class.nested(json.loads(choice))
     preset = find_task(task)
-    own = {f.name for f in dataclasses.fields(config_class)} - set(nested)
-    options = {f.name for klass in nested.values() for f in dataclasses.fields(klass)
-               if task_reads(f.name, preset)}
+    own = set(config_class.model_fields) - set(nested)
+    options = {name for klass in nested.values() for name in klass.model_fields if task_reads(name, preset)}
     return frozenset(own | options)
 
 

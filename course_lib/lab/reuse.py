@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 
 from course_lib.runtime.repro import METRICS, read_json, write_json
-from course_lib.runtime.validated import first_difference
+from course_lib.runtime.settings import first_difference
 
 FINISHED_RUNS_ENV = "ATTENTION_LAB_FINISHED_RUNS"  # a folder of finished runs to read back from, or unset
 

@@ -16,7 +16,6 @@ guarantee). A notebook run has no step boundary: it is stopped and its notebook'
 """
 from __future__ import annotations
 
-import dataclasses
 import getpass
 import os
 import re
@@ -29,9 +28,12 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from pydantic import ConfigDict, Field, field_validator
+
 from course_lib.lab.notebooks import NotebookRun
 from course_lib.runtime.errors import UsageError, choice_error
 from course_lib.runtime.repro import atomic_write, progress, read_json, write_json
+from course_lib.runtime.settings import Settings
 
 SLURM_DIR = ".slurm"  # in the sweep's output folder: the batch scripts, run lists, submissions and task logs
 SUBMISSIONS = "submissions.json"
@@ -40,17 +42,34 @@ TIME_FORMAT = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")  # Slurm's M
 SIZE_FORMAT = re.compile(r"\d+[KMGT]?", re.IGNORECASE)
 
 
-@dataclasses.dataclass(frozen=True)
-class SlurmOptions:
-    """What `sbatch` is asked for each run; None leaves it to the cluster's defaults."""
+class SlurmOptions(Settings):
+    """What `sbatch` is asked for each run; None leaves it to the cluster's defaults. Checked when made (ranges, a
+    time that parses, a size); the partition, which needs the cluster, by `check_options`."""
+
+    model_config = ConfigDict(frozen=True)
 
     partition: str | None = None
-    time: str | None = None  # HH:MM:SS, or any of Slurm's forms
-    gpus_per_run: int = 0
-    cpus_per_run: int | None = None
-    mem_per_run: str | None = None  # 16G, 4000M: sbatch's --mem
-    array_parallelism: int | None = None  # at most this many tasks at once (--array=...%K)
-    sbatch_args: tuple[str, ...] = ()  # passed to sbatch as they are, after the script's own settings
+    time: str | None = Field(None, description="HH:MM:SS, or any of Slurm's forms")
+    gpus_per_run: int = Field(0, ge=0)
+    cpus_per_run: int | None = Field(None, ge=1)
+    mem_per_run: str | None = Field(None, description="16G, 4000M: sbatch's --mem")
+    array_parallelism: int | None = Field(None, ge=1, description="at most this many tasks at once (--array=...%K)")
+    sbatch_args: tuple[str, ...] = Field((), description="passed to sbatch as they are, after the script's own")
+
+    @field_validator("time")
+    @classmethod
+    def _time_parses(cls, text: str | None) -> str | None:
+        if text is not None and time_seconds(text) <= 0:
+            raise UsageError(f"--time must be longer than 0, got {text!r}")
+        return text
+
+    @field_validator("mem_per_run")
+    @classmethod
+    def _a_size(cls, size: str | None) -> str | None:
+        if size is not None and not SIZE_FORMAT.fullmatch(size):
+            raise UsageError(f"--mem-per-run {size!r} is not a size (valid: a number with K, M, G or T, as sbatch's "
+                             f"--mem: 16G, 4000M)")
+        return size
 
 
 def time_seconds(text: str) -> int:
@@ -71,16 +90,6 @@ def check_options(options: SlurmOptions, runs: list) -> None:
     if shutil.which("sbatch") is None:
         raise UsageError("--launcher slurm needs Slurm's sbatch on the PATH and there is none here (submit from "
                          "the cluster's login node, or use --launcher local)")
-    if options.time is not None and time_seconds(options.time) <= 0:
-        raise UsageError(f"--time must be longer than 0, got {options.time!r}")
-    if options.mem_per_run is not None and not SIZE_FORMAT.fullmatch(options.mem_per_run):
-        raise UsageError(f"--mem-per-run {options.mem_per_run!r} is not a size (valid: a number with K, M, G or T, "
-                         f"as sbatch's --mem: 16G, 4000M)")
-    for name in ("gpus_per_run", "cpus_per_run", "array_parallelism"):
-        value = getattr(options, name)
-        if value is not None and value < (0 if name == "gpus_per_run" else 1):
-            raise UsageError(f"--{name.replace('_', '-')} must be at least {0 if name == 'gpus_per_run' else 1}, "
-                             f"got {value}")
     if options.gpus_per_run > 1 and any(isinstance(run.config, NotebookRun) for run in runs):
         raise UsageError(f"--gpus-per-run {options.gpus_per_run}: a notebook runs in one kernel, one process "
                          f"(valid for a notebook grid: 0 or 1)")

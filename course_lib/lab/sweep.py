@@ -59,7 +59,7 @@ from course_lib.model.weights import check_model
 from course_lib.runtime.errors import PREEMPTED, UsageError, yaml_float_hint
 from course_lib.runtime.repro import (METRICS, atomic_write, check_writable_dir, lock_exclusive, progress,
                                       read_json, remove_stale_temporaries, write_json)
-from course_lib.runtime.validated import Validated, first_difference
+from course_lib.runtime.settings import Settings, first_difference
 from course_lib.tasks.metrics import shown
 from course_lib.tasks.registry import get_family
 from course_lib.training.config import FinetuneConfig
@@ -96,9 +96,9 @@ class GridRun:
             device = [] if torch.cuda.is_available() else ["--cpu"]  # CPU processes where there is no GPU (tests)
             args[1:2] = ["-m", "accelerate.commands.launch", "--num_processes", str(processes), "--num_machines",
                          "1", *device, "--mixed_precision", self.config.mixed_precision, "--dynamo_backend", "no", "-m"]
-        nested = [v for v in vars(self.config).values() if isinstance(v, Validated)]  # method's, family's options
-        fields = [*dataclasses.fields(self.config), *(f for options in nested for f in dataclasses.fields(options))]
-        defaults = {f.name: f.default for f in fields}
+        nested = [v for v in vars(self.config).values() if isinstance(v, Settings)]  # method's, family's options
+        defaults = {name: klass.default(name) for klass in (type(self.config), *map(type, nested))
+                    for name in klass.model_fields}
         for name, value in self.config.to_dict().items():
             flag = "--" + name.replace("_", "-")
             if value == defaults[name]:
@@ -230,9 +230,9 @@ def check_method_options(config_class: type, method_options: dict) -> None:
     file's base those of the methods it crosses); a name no class declares: one line."""
     known: set[str] = set()
     for klass in config_class.option_classes():
-        mine = {k: v for k, v in method_options.items() if k in klass.__dataclass_fields__}
+        mine = {k: v for k, v in method_options.items() if k in klass.model_fields}
         klass.from_dict(mine)
-        known |= set(klass.__dataclass_fields__)
+        known |= set(klass.model_fields)
     unknown = sorted(set(method_options) - known)
     if unknown:
         raise UsageError(f"unknown method option {unknown[0]!r} (valid: {', '.join(sorted(known))})")

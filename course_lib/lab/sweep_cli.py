@@ -77,8 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.run is not None:
             return sweep_slurm.run_one(args.grid, args.output_dir, args.run, args.timeout, args.gpus_per_run)
         if args.launcher == "slurm" and not args.dry_run:
-            options = SlurmOptions(args.partition, args.time, args.gpus_per_run, args.cpus_per_run, args.mem_per_run,
-                                   args.array_parallelism, tuple(args.sbatch_arg))
+            options = SlurmOptions(partition=args.partition, time=args.time, gpus_per_run=args.gpus_per_run,
+                                   cpus_per_run=args.cpus_per_run, mem_per_run=args.mem_per_run,
+                                   array_parallelism=args.array_parallelism, sbatch_args=tuple(args.sbatch_arg))
             return sweep_slurm.launch(args.grid, args.output_dir, options, args.wait, args.retry_failed, args.timeout)
         return sweep.sweep(args.grid, args.output_dir, sweep.parse_shard(args.shard), args.dry_run, args.retry_failed,
                            args.timeout, processes=args.gpus_per_run)

@@ -24,44 +24,40 @@ Paper text versus the authors' code (trainer_ag.py), and what we do (docs/method
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterable, Sequence
+from typing import Iterable, Literal, Sequence
 
 import torch
+from pydantic import Field
 
 from course_lib.model.attention import at_least_fp32
 from course_lib.runtime.errors import UsageError, choice_error
-from course_lib.runtime.validated import Validated, described, non_negative
+from course_lib.runtime.settings import Settings
 
 PATTERNS = ("identity", "next", "prev", "first", "delim", "period")  # counts in this order, as the code's
 BOUNDARIES = ("uniform", "zero")
 REDUCTIONS = ("mean", "frobenius")
 
 
-@dataclass
-class GuidanceOptions(Validated):
+class GuidanceOptions(Settings):
     """The patterns a pre-training run's heads are scored against on the held-out blocks (an MLM run's too: how
     far its unguided heads are from them) and that AG trains them towards."""
 
-    ag_head_types: str = described("0,1,1,4", "head counts for identity,next,prev,first[,delim,period], or names")
-    ag_reduction: str = described("mean", "mean (authors' code) | frobenius (paper)")
-    ag_boundary: str = described("uniform", "last [Next] / first [Prev] row uniform (paper) | zero (code)")
-
-    choices: ClassVar[dict] = {"ag_reduction": REDUCTIONS, "ag_boundary": BOUNDARIES}
+    ag_head_types: str = Field("0,1,1,4", description="head counts for identity,next,prev,first[,delim,period], or "
+                               "names")
+    ag_reduction: Literal[REDUCTIONS] = Field("mean", description="mean (authors' code) | frobenius (paper)")
+    ag_boundary: Literal[BOUNDARIES] = Field("uniform", description="last [Next] / first [Prev] row uniform (paper) | "
+                                             "zero (code)")
 
     def check_heads(self, num_heads: int) -> None:
         """The one-line error when ag_head_types guides more heads than the model has."""
         assign_heads(self.ag_head_types, num_heads)
 
 
-@dataclass
 class AGOptions(GuidanceOptions):
     """AG's options: the patterns, and the weight alpha_t of L_AG in the training loss."""
 
-    ag_scale: float = described(10.0, "alpha_0 (paper: 10 for 12/16 layers, 100 for 8; code default 10)")
-    ag_plateau_steps: int = described(0, "steps at alpha_0 before the linear decay (the code: 20000)")
-
-    def validate(self) -> None:
-        non_negative(self, "ag_scale", "ag_plateau_steps")
+    ag_scale: float = Field(10.0, description="alpha_0 (paper: 10 for 12/16 layers, 100 for 8; code default 10)", ge=0)
+    ag_plateau_steps: int = Field(0, description="steps at alpha_0 before the linear decay (the code: 20000)", ge=0)
 
 
 @dataclass(frozen=True)

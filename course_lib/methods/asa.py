@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import nn
 
 from course_lib.model.attention import ScoreCut, at_least_fp32
 from course_lib.model.heads import (IGNORE_INDEX, ClassifierOutput, MultipleChoiceHead, SequenceClassifier,
                                     SpanHead, TokenClassifier)
-from course_lib.runtime.validated import Validated, described, fraction, non_negative
+from course_lib.runtime.settings import Settings
 
 ADVERSARIAL_MASK = -1e4  # logit offset on cut units, as in the authors' code
 # Wu et al. (2023), Table 5: tau per fine-tuning task. A grid or preset that runs ASA on one of these tasks sets
@@ -360,49 +361,38 @@ def _build(cfg, encoder, task, mode: str, **mode_options):
 CLIP_SCOPES = ("learner", "all")
 
 
-@dataclass
-class TwoPassOptions(Validated):
+class TwoPassOptions(Settings):
     """What ASA and its Bernoulli baseline share: how the two passes' outputs are compared, and what a fully cut
     row does."""
 
-    asa_tagging_divergence: str = described("window-sum",
+    asa_tagging_divergence: Literal[tuple(TAGGING_DIVERGENCES)] = Field("window-sum", description=
         "on tagging: window-sum = the authors' code (each token's divergence summed over the window, padding "
         "included); word-mean = averaged over the scored words")
-    asa_regression_divergence: str = described("batch-softmax",
+    asa_regression_divergence: Literal[tuple(REGRESSION_DIVERGENCES)] = Field("batch-softmax", description=
         "on a regression task (STS-B): batch-softmax = the authors' code (a softmax of the scores across the batch, "
         "symmetric KL); squared = the squared difference")
-    asa_cut_row: str = described("uniform",
+    asa_cut_row: Literal[tuple(CUT_ROWS)] = Field("uniform", description=
         "a row whose real keys are all cut becomes uniform over every position, padding included (uniform, the "
         "authors' code) or keeps its clean attention (clean)")
 
-    choices = {"asa_tagging_divergence": tuple(TAGGING_DIVERGENCES),
-               "asa_regression_divergence": tuple(REGRESSION_DIVERGENCES), "asa_cut_row": tuple(CUT_ROWS)}
 
-
-@dataclass
 class ASAOptions(TwoPassOptions):
     """`--method asa`'s options (Wu et al. 2023)."""
 
-    asa_tau: float = described(0.3, "keep-count penalty weight, applied as tau^2 (Wu et al. 2023, Table 5: 0.3)")
-    asa_noise: str = described("none", "none = the authors' deterministic step; logistic = binary Concrete sample")
-    asa_clip_scope: str = described("learner",
+    asa_tau: float = Field(0.3, description="keep-count penalty weight, applied as tau^2 (Wu et al. 2023, Table 5: "
+                           "0.3)", ge=0)
+    asa_noise: Literal[NOISES] = Field("none", description="none = the authors' deterministic step; logistic = "
+                                       "binary Concrete sample")
+    asa_clip_scope: Literal[CLIP_SCOPES] = Field("learner", description=
         "which parameters the gradient clip covers: learner = encoder and head, as vanilla's; all = the adversaries "
         "too, one global norm (it starves the encoder: docs/methods.md)")
 
-    choices = {**TwoPassOptions.choices, "asa_noise": NOISES, "asa_clip_scope": CLIP_SCOPES}
 
-    def validate(self) -> None:
-        non_negative(self, "asa_tau")
-
-
-@dataclass
 class BernoulliOptions(TwoPassOptions):
     """`--method bernoulli-mask`'s options: ASA's loss with random masks (Wu et al. 2023, Table 3)."""
 
-    bernoulli_p: float = described(0.1, "probability of cutting each attention unit (paper: 0.05, 0.1)")
-
-    def validate(self) -> None:
-        fraction(self, "bernoulli_p")
+    bernoulli_p: float = Field(0.1, description="probability of cutting each attention unit (paper: 0.05, 0.1)",
+                               ge=0, lt=1)
 
 
 def clipped_parameters(cfg, model) -> list | None:

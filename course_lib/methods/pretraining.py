@@ -1,6 +1,6 @@
 """The pre-training methods by name: the registry `pretrain` asks, as `methods.registry` holds the fine-tuning ones.
 
-A pre-training method is its options (a Validated dataclass, flat on the command line and in metrics.json) and
+A pre-training method is its options (a Settings model, flat on the command line and in metrics.json) and
 the term it adds to BERT's MLM loss, if any. Every method's options are `ag.GuidanceOptions` or extend them: the
 held-out blocks are scored for L_AG whatever the method, so an MLM run says how far its unguided heads are from
 the patterns an AG run is pulled towards.
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from course_lib.runtime.registry import Registry
-from course_lib.runtime.validated import Validated
+from course_lib.runtime.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class PretrainMethod:
 
     name: str
     summary: str
-    options: type[Validated]
+    options: type[Settings]
     objective: Callable | None = None
 
 

@@ -24,7 +24,7 @@ from typing import Callable
 from course_lib.model.heads import MeanPoolClassifier
 from course_lib.runtime.errors import UsageError
 from course_lib.runtime.registry import Registry
-from course_lib.runtime.validated import NoOptions, Validated
+from course_lib.runtime.settings import NoOptions, Settings
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,8 @@ class Method:
     """One fine-tuning method. Every callable receives the run's FinetuneConfig as `cfg`, whose `options` is an
     instance of the method's `options` class.
 
-    options: the method's own options, a Validated dataclass (defaults, ranges, `choices` and a
-    help text per field (`described`), which --help shows); the command line, grids and metrics.json name its
+    options: the method's own options, a Settings model (each field's default, range, valid names and help
+    text, `Field(description=...)`, which --help shows); the command line, grids and metrics.json name its
     fields flat.
     build_model(cfg, encoder, task, tokenizer): the task model for the run's bound task (its family, its
     num_labels), whose forward returns the method's loss; None: the task family's plain head
@@ -64,7 +64,7 @@ class Method:
 
     name: str
     summary: str
-    options: type[Validated] = NoOptions
+    options: type[Settings] = NoOptions
     build_model: Callable | None = None
     encoder_overrides: Callable[..., dict] = lambda cfg: {}
     epoch_data: Callable | None = None

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import Callable, Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import nn
 
 from course_lib.model.heads import ClassifierOutput, SequenceClassifier
-from course_lib.runtime.validated import Validated, described, fraction, unit_interval
+from course_lib.runtime.settings import Settings
 from course_lib.tasks.batching import special_token_ids
 
 IGNORE = -1  # token label of [CLS], [SEP], padding and (paper mode) unmasked tokens
@@ -321,51 +321,41 @@ def bert_mask_epoch_features(features: list[dict], epoch: int, seed: int, specia
 LABEL_MODES = ("code", "paper")  # whose token labels: the authors' code's or the paper's
 
 
-@dataclass
-class SamplerOptions(Validated):
+class SamplerOptions(Settings):
     """`--method bert-mask`'s option, the sampler of the masked copies; SSA's probes use it too."""
 
-    ssa_sampler: str = described("authors",
+    ssa_sampler: Literal[tuple(SAMPLERS)] = Field("authors", description=
         "authors = the authors' masking sampler (float quartiles, so short segments are masked less; probes that mask "
         "nothing kept as all-ones copies); rounded = ours before")
 
-    choices = {"ssa_sampler": tuple(SAMPLERS)}
 
-
-@dataclass
 class SSAOptions(SamplerOptions):
     """`--method ssa-co`'s options (Kou et al. 2020), also a multitask run's for its SSA tasks."""
 
-    ssa_target_weight: float = described(0.7, "alpha, loss = alpha L_target + (1 - alpha) L_SSA (Kou et al. 2020)")
-    ssa_label_mode: str = described("code", "code = the authors' labels (default); paper = the paper's")
-    ssa_share_weight: bool = described(True, "one token-head output layer for every position (False: per position)")
-    ssa_head_init: str = described("bert",
+    ssa_target_weight: float = Field(0.7, description="alpha, loss = alpha L_target + (1 - alpha) L_SSA (Kou et al. "
+                                     "2020)", ge=0, le=1)
+    ssa_label_mode: Literal[LABEL_MODES] = Field("code", description="code = the authors' labels (default); paper = "
+                                                 "the paper's")
+    ssa_share_weight: bool = Field(True, description="one token-head output layer for every position (False: per "
+                                   "position)")
+    ssa_head_init: Literal[tuple(HEAD_INITS)] = Field("bert", description=
         "the token head's init: bert = N(0, 0.02), zero bias, each position its own draw (the authors'); torch = "
         "PyTorch's default for the dense layer, one draw copied to every position")
-    ssa_first_epoch_loss: bool = described(True,
+    ssa_first_epoch_loss: bool = Field(True, description=
         "code labels: epoch 1 trains the token head on all-ones labels (the authors' code); False leaves epoch 1 to "
         "the task loss, until probed labels exist")
-    ssa_probe_bf16: bool = described(False,
+    ssa_probe_bf16: bool = Field(False, description=
         "probe under bfloat16 autocast (about 2x faster on CPUs with AVX512-BF16 or AMX, and on GPUs); a borderline "
         "prediction may then differ from the fp32 probe's")
 
-    choices = {**SamplerOptions.choices, "ssa_label_mode": LABEL_MODES, "ssa_head_init": tuple(HEAD_INITS)}
 
-    def validate(self) -> None:
-        unit_interval(self, "ssa_target_weight")
-
-
-@dataclass
 class SSAHybridOptions(SSAOptions):
     """`--method ssa-hybrid`'s options: SSA-Co's and the pooling layer's."""
 
-    ssa_cls_weight: float = described(0.5, "beta, the pooled [CLS] share of the SSA layer (paper Eq. 1)")
-    ssa_threshold: float = described(0.3, "tokens with importance below this are left out of the pooling")
-
-    def validate(self) -> None:
-        super().validate()
-        unit_interval(self, "ssa_cls_weight")
-        fraction(self, "ssa_threshold")
+    ssa_cls_weight: float = Field(0.5, description="beta, the pooled [CLS] share of the SSA layer (paper Eq. 1)",
+                                  ge=0, le=1)
+    ssa_threshold: float = Field(0.3, description="tokens with importance below this are left out of the pooling",
+                                 ge=0, lt=1)
 
 
 def _build_ssa(cfg, encoder, task, tokenizer, hybrid: bool) -> SSAClassifier:

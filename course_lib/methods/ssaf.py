@@ -6,13 +6,11 @@ sparsemax; see `course_lib.model.sparsemax.sparsegen_lin` for the mathematics.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
+from pydantic import Field
 
 from course_lib.model.attention import sparsity
-from course_lib.runtime.errors import UsageError
-from course_lib.runtime.validated import Validated, described
+from course_lib.runtime.settings import Settings
 
 # Cui et al. (2019), Sec. 4: the lambda chosen per task (paper task names: SST-1 is our sst5). A grid or preset
 # that runs SSAF on one of these tasks sets this value; tests/test_paper_settings.py checks every grid file and
@@ -20,15 +18,11 @@ from course_lib.runtime.validated import Validated, described
 PAPER_LAMBDA = {"sst2": -4.0, "sst5": -3.0, "semeval2013": -3.0, "scitail": -6.0, "squad": -7.0}
 
 
-@dataclass
-class SSAFOptions(Validated):
+class SSAFOptions(Settings):
     """`--method ssaf`'s option."""
 
-    sparsegen_lambda: float = described(-4.0, "sparsegen-lin's lambda (Cui et al. 2019 use -4 on SST-2); must be < 1")
-
-    def validate(self) -> None:
-        if not self.sparsegen_lambda < 1:
-            raise UsageError(f"SSAFOptions.sparsegen_lambda must be < 1, got {self.sparsegen_lambda!r}")
+    sparsegen_lambda: float = Field(-4.0, description="sparsegen-lin's lambda (Cui et al. 2019 use -4 on SST-2); must "
+                                    "be < 1", lt=1)
 
 
 def encoder_overrides(sparsegen_lambda: float) -> dict:

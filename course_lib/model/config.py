@@ -1,44 +1,41 @@
 """The encoder's shape (`BertConfig`, read from a Hugging Face config.json) and the mixed-precision modes."""
 from __future__ import annotations
 
-import dataclasses
 import json
-from dataclasses import dataclass
+
+from pydantic import Field, model_validator
 
 from course_lib.runtime.errors import UsageError
-from course_lib.runtime.validated import Validated, described, fraction, positive
+from course_lib.runtime.settings import Settings
 
 MIXED_PRECISION = ("no", "fp16", "bf16")  # accelerate's autocast modes; fp16 needs a CUDA GPU
 
 
-@dataclass
-class BertConfig(Validated):
+class BertConfig(Settings):
     """Shape of a BERT encoder; field names follow Hugging Face's config.json so one reads into the other."""
 
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
+    vocab_size: int = Field(30522, gt=0)
+    hidden_size: int = Field(768, gt=0)
+    num_hidden_layers: int = Field(12, gt=0)
+    num_attention_heads: int = Field(12, gt=0)
+    intermediate_size: int = Field(3072, gt=0)
+    hidden_dropout_prob: float = Field(0.1, ge=0, lt=1)
+    attention_probs_dropout_prob: float = Field(0.1, ge=0, lt=1)
+    max_position_embeddings: int = Field(512, gt=0)
+    type_vocab_size: int = Field(2, gt=0)
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
-    attn_normalizer: str = described("softmax", "row normaliser, a name in course_lib.model.attention.NORMALIZERS")
-    attn_normalizer_params: dict = described(
-        "the normaliser's own keyword arguments, e.g. sparsegen-lin's {'lam': -4.0} (SSAF, Cui et al. 2019)",
-        default_factory=dict)
+    attn_normalizer: str = Field("softmax", description="row normaliser, a name in course_lib.model.attention.NORMALIZERS")
+    attn_normalizer_params: dict = Field(default_factory=dict, description=(
+        "the normaliser's own keyword arguments, e.g. sparsegen-lin's {'lam': -4.0} (SSAF, Cui et al. 2019)"))
 
-    def validate(self) -> None:
+    @model_validator(mode="after")
+    def _shape_and_normaliser(self):
+        """Heads that divide the width; a normaliser that exists and takes its parameters."""
         import torch
 
         from course_lib.model.attention import get_normalizer  # late import: attention imports nothing from here
 
-        positive(self, "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                  "intermediate_size", "max_position_embeddings", "type_vocab_size")
-        fraction(self, "hidden_dropout_prob", "attention_probs_dropout_prob")
         if self.hidden_size % self.num_attention_heads:
             raise UsageError(f"hidden_size {self.hidden_size} is not divisible by "
                              f"num_attention_heads {self.num_attention_heads}")
@@ -48,6 +45,7 @@ class BertConfig(Validated):
         except TypeError as err:
             raise UsageError(f"attention normaliser {self.attn_normalizer!r} with {self.attn_normalizer_params}: "
                              f"{err}") from None
+        return self
 
     def normalizer_params(self) -> dict:
         """Keyword arguments of the chosen normaliser."""
@@ -72,8 +70,7 @@ class BertConfig(Validated):
         if raw.get("hidden_act", "gelu") != "gelu":
             raise UsageError(f"{path} has hidden_act {raw['hidden_act']!r}; this BERT implements gelu only "
                              f"(valid: gelu)")
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in raw.items() if k in names})
+        return cls(**{k: v for k, v in raw.items() if k in cls.model_fields})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -83,7 +80,7 @@ class BertConfig(Validated):
 def check_mixed_precision(mixed_precision: str) -> None:
     """Raise for fp16 on a machine without a CUDA GPU, where the run would go on without a word of warning.
 
-    Not part of validate(): a config saved by a GPU run must still load on a laptop (to probe its model),
+    Not part of the config's checks: a config saved by a GPU run must still load on a laptop (to probe its model),
     and a sweep's dry run of a GPU grid must still read on one.
     """
     import torch

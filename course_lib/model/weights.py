@@ -7,7 +7,6 @@ folder's files (where it is, its config, weights and tokenizer) are read by `mod
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from pathlib import Path
@@ -108,7 +107,7 @@ def load_pretrained(name_or_path: str | os.PathLike | None = None, **overrides):
 def load_from_folder(model_dir: Path, **overrides):
     """`load_pretrained` from a folder already resolved (a run resolves its model once, `training.run`)."""
     config = read_model_config(model_dir)
-    config = BertConfig.from_dict({**dataclasses.asdict(config), **overrides})
+    config = config.replace(**overrides)
     model = BertModel(config)
     state = hf_to_ours(read_weights(model_dir), config.num_hidden_layers)
     result = model.load_state_dict(state, strict=False)
@@ -120,7 +119,7 @@ def load_from_folder(model_dir: Path, **overrides):
 def check_fits_model(max_len: int, model_dir: Path) -> None:
     """Raise if sequences of max_len tokens do not fit the model's position table.
 
-    Not part of validate(): it has to find the model (a hub id may be a download), and a saved config must
+    Not part of the config's checks: it has to find the model (a hub id may be a download), and a saved config must
     still load where the model is absent. Without it a too-long sequence fails deep in the embedding with
     "IndexError: index out of range in self".
     """

@@ -9,7 +9,6 @@ entry under a name already taken (a built-in's too) is refused, so a name always
 """
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
@@ -72,11 +71,11 @@ class Registry(Generic[T]):
 
     def option_readers(self) -> dict[str, str]:
         """{option: the entries that read it}, e.g. {"asa_tau": "method asa"}: what a run says of a key that
-        belongs to another method or family (`Validated.foreign`)."""
+        belongs to another method or family (`Settings.foreign`)."""
         readers: dict[str, list[str]] = {}
         for name, entry in self.every().items():
-            for f in dataclasses.fields(entry.options):
-                readers.setdefault(f.name, []).append(name)
+            for option in entry.options.model_fields:
+                readers.setdefault(option, []).append(name)
         return {option: f"{self.kind} " + ", ".join(names) for option, names in readers.items()}
 
     def _known(self, name: str) -> bool:

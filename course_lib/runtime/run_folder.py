@@ -11,7 +11,7 @@ from pathlib import Path
 
 from course_lib.runtime.errors import UsageError
 from course_lib.runtime.repro import METRICS, load_torch, lock_exclusive
-from course_lib.runtime.validated import first_difference
+from course_lib.runtime.settings import first_difference
 
 
 def read_checkpoint(path: Path) -> dict:

@@ -31,7 +31,7 @@ from typing import Callable, Iterable
 
 from course_lib.runtime.errors import UsageError, choice_error
 from course_lib.runtime.registry import Registry
-from course_lib.runtime.validated import NoOptions, Validated
+from course_lib.runtime.settings import NoOptions, Settings
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class TaskFamily:
     length(feature)                                its token count, for batching by length
     custom(cfg)                                    `--task custom` for this family: a preset made from the
                                                    run's files and options (None: the family has no such form)
-    options                                        the family's own options, a Validated dataclass; a run of
+    options                                        the family's own options, a Settings model; a run of
                                                    the family holds an instance as cfg.task_options
     percent_scores                                 whether score() gives 0-100 (SQuAD's official script) rather
                                                    than fractions; results tables show both on the 0-100 scale
@@ -80,7 +80,7 @@ class TaskFamily:
     predictions_suffix: str
     length: Callable = lambda feature: len(feature["input_ids"])
     custom: Callable | None = None
-    options: type[Validated] = NoOptions
+    options: type[Settings] = NoOptions
     percent_scores: bool = False
     hf_class: str | None = None
     read_inputs: Callable | None = None

@@ -6,35 +6,34 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
 import torch
+from pydantic import Field
 
 from course_lib.model.heads import SequenceClassifier
 from course_lib.readers.sentence_rows import SENTENCE, Example
 from course_lib.runtime.errors import UsageError
 from course_lib.runtime.repro import atomic_write
-from course_lib.runtime.validated import Validated, described
+from course_lib.runtime.settings import Settings
 from course_lib.tasks.batching import pad_tokens
 from course_lib.tasks.metrics import compute_metrics, degenerate_predictions
 
-@dataclass
-class SentenceFileOptions(Validated):
+class SentenceFileOptions(Settings):
     """What a run's own sentence files hold (`--task custom`, `sentence_files.custom`): a preset knows its columns
     and labels, so it refuses these rather than ignore them (`refuse_for`)."""
 
-    text_columns: str | None = described(None,
+    text_columns: str | None = Field(None, description=
         'sentence files: the text column, or two for a pair ("sentence1,sentence2")')
-    label_column: str | None = described(None, 'sentence files: the label column (default "label")')
-    labels: str | None = described(None,
+    label_column: str | None = Field(None, description='sentence files: the label column (default "label")')
+    labels: str | None = Field(None, description=
         "custom files: the label set, comma list (None: the training file's; for classification sorted, numbers as "
         "numbers; for tagging O, then B-type and I-type of every type it tags)")
 
     def refuse_for(self, preset: str, columns: tuple[str, ...]) -> None:
         """One line naming the first option given, for a preset that reads its own `columns`."""
-        given = next((f.name for f in fields(self) if getattr(self, f.name)), None)
+        given = next((name for name in type(self).model_fields if getattr(self, name)), None)
         if given:
             raise UsageError(f"--{given.replace('_', '-')} is for --task custom; {preset} reads its own columns "
                              f"({', '.join(columns)})")

@@ -11,25 +11,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from pydantic import Field
 
 from course_lib.model.heads import SpanHead
 from course_lib.readers import squad_json
 from course_lib.runtime.errors import UsageError
-from course_lib.runtime.validated import Validated, described, positive
+from course_lib.runtime.settings import Settings
 from course_lib.tasks import squad
 
 SPAN_QA = "span_qa"
 
 
-@dataclass
-class SpanQAOptions(Validated):
+class SpanQAOptions(Settings):
     """How a span-QA run cuts its inputs (BERT's run_squad.py names both)."""
 
-    doc_stride: int = described(128, "span QA: context tokens shared by consecutive windows over a long paragraph")
-    max_query_length: int = described(64, "span QA: question tokens kept; longer questions are cut")
-
-    def validate(self) -> None:
-        positive(self, "doc_stride", "max_query_length")
+    doc_stride: int = Field(128, description="span QA: context tokens shared by consecutive windows over a long "
+                            "paragraph", gt=0)
+    max_query_length: int = Field(64, description="span QA: question tokens kept; longer questions are cut", gt=0)
 
 
 @dataclass(frozen=True)

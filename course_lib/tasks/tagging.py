@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
+from pydantic import Field
 from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
 
 from course_lib.model.heads import IGNORE_INDEX, TokenClassifier
@@ -20,18 +21,17 @@ from course_lib.readers.conll import DOCSTART, OUTSIDE, TaggedSentence, check_ta
 from course_lib.readers.sources import Source, read_split, split_paths
 from course_lib.runtime.errors import UsageError
 from course_lib.runtime.repro import atomic_write
-from course_lib.runtime.validated import Validated, described
+from course_lib.runtime.settings import Settings
 from course_lib.tasks.batching import pad_tokens
 
 TAGGING = "tagging"
 CUSTOM = "custom"  # the name of a run's own files (`--task custom --task-type tagging`)
 
 
-@dataclass
-class TaggingFileOptions(Validated):
+class TaggingFileOptions(Settings):
     """The label set of a run's own CoNLL files (`--task custom --task-type tagging`); a preset's is fixed."""
 
-    labels: str | None = described(None,
+    labels: str | None = Field(None, description=
         "custom files: the label set, comma list (None: the training file's; for classification sorted, numbers as "
         "numbers; for tagging O, then B-type and I-type of every type it tags)")
 

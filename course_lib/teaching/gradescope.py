@@ -19,7 +19,8 @@ from pathlib import Path
 from course_lib.runtime.errors import UsageError, choice_error
 
 HIDDEN_VISIBILITIES = ("after_published", "after_due_date", "hidden")  # Gradescope's names; public checks: visible
-GRADING_PACKAGES = ("torch", "numpy", "scipy", "scikit-learn", "safetensors", "accelerate", "entmax", "tqdm", "pyyaml")
+GRADING_PACKAGES = ("torch", "numpy", "scipy", "scikit-learn", "safetensors", "accelerate", "entmax", "tqdm", "pyyaml",
+                    "pydantic")
 #   requirements.txt's packages that grading imports (the model, methods and checks; tests/test_gradescope.py checks
 #   the list); the notebooks', the hub's and the lab's are left out, and the pretrained model is not needed
 FROM_COPY, LEFT_OUT = ("course_lib/", "assignment/"), ("course_lib/lab/",)

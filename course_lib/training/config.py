@@ -1,15 +1,18 @@
 """The run configurations (`FinetuneConfig`, `MultitaskConfig`, `PretrainConfig`, on the fields they share in
-`RunConfig`), validated once; each field is declared once, with its --help text (`described`)."""
+`RunConfig`), pydantic models on `runtime.settings`: each field is declared once, with its type, range and
+--help text; names from a registry are checked by a validator that lists the valid ones."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 from course_lib.methods.pretraining import PRETRAIN_METHODS, get_pretrain_method, pretrain_option_owners
 from course_lib.methods.registry import every_method, get_method, multitask_methods, option_owners
 from course_lib.model.config import MIXED_PRECISION, BertConfig
 from course_lib.runtime.errors import UsageError, choice_error
-from course_lib.runtime.validated import (Validated, described, fraction, non_negative, optional_positive, positive,
-                                         unit_interval)
+from course_lib.runtime.settings import Settings, literal_names
 from course_lib.tasks.registry import (TASK_TYPES, every_family, every_task, family_of, family_option_owners,
                                        get_family, get_task)
 
@@ -17,58 +20,58 @@ NONFINITE_LOSS = ("stop", "skip")  # what a NaN or infinite loss does to the run
 COMPILE = ("off", "default", "graphs")  # how the model runs: eagerly, torch.compile'd, or also as CUDA graphs
 
 
-@dataclass
-class RunConfig(Validated):
+class RunConfig(Settings):
     """What every training run shares: the optimiser's recipe, the seed, checkpoints, precision and speed.
 
     Each run kind below adds its own fields; where its recipe differs (pre-training's learning rate), it
     changes the default alone (`changed_default`), so a field is described once.
     """
 
-    glue_dir: str | None = described(None,
+    glue_dir: str | None = Field(None, description=
         "GLUE's folder (pre-training without corpus: its sentences); None: $GLUE_DIR, else data/glue, else the "
         "nyu-mll/glue dataset when online")
-    batch_size: int = described(32,
+    batch_size: int = Field(32, gt=0, description=
         "examples per optimiser step (the global batch, over all processes), of one task in multitask; blocks in "
         "pre-training")
-    lr: float = described(2e-5, "peak learning rate of AdamW")
-    weight_decay: float = described(0.01, "AdamW's decoupled weight decay; biases and LayerNorm are not decayed")
-    max_grad_norm: float = described(1.0, "clip the gradient's global norm to this (0: no clipping)")
-    seed: int = described(0,
+    lr: float = Field(2e-5, gt=0, description="peak learning rate of AdamW")
+    weight_decay: float = Field(0.01, ge=0, description=
+        "AdamW's decoupled weight decay; biases and LayerNorm are not decayed")
+    max_grad_norm: float = Field(1.0, ge=0, description="clip the gradient's global norm to this (0: no clipping)")
+    seed: int = Field(0, description=
         "seeds what the run draws: new weights and heads, dropout, masks, subsets, batch order, a multitask schedule")
-    keep_checkpoint: bool = described(False, "keep checkpoint.pt (optimiser state too) after the run completes")
-    mixed_precision: str = described("no", "accelerate's autocast; fp16 needs a CUDA GPU, bf16 also runs on CPUs")
-    on_nonfinite_loss: str = described("stop", "stop: fail keeping the last good checkpoint; skip: drop that step")
-    fast_kernels: bool = described(True,
+    keep_checkpoint: bool = Field(False, description="keep checkpoint.pt (optimiser state too) after the run completes")
+    mixed_precision: Literal[MIXED_PRECISION] = Field("no", description=
+        "accelerate's autocast; fp16 needs a CUDA GPU, bf16 also runs on CPUs")
+    on_nonfinite_loss: Literal[NONFINITE_LOSS] = Field("stop", description=
+        "stop: fail keeping the last good checkpoint; skip: drop that step")
+    fast_kernels: bool = Field(True, description=
         "swap the CPU kernels in (course_lib.fast.optimize): same function, faster; dropout masks are drawn "
         "another way, so runs with and without differ by their draws")
-    log_every: int = described(50,
+    log_every: int = Field(50, gt=0, description=
         "read the loss and the method's statistics from the device every N steps (the bar and the loss curve show "
         "their mean; a non-finite loss is caught there); steps in between never wait for the GPU")
-    compile: str = described("off",
+    compile: Literal[COMPILE] = Field("off", description=
         "off | default: torch.compile the model | graphs: also CUDA graphs, batches padded to a few fixed lengths (GPU"
         " only); see docs/speed.md for what each method needs")
-    report_to: str = described("none",
+    report_to: str = Field("none", description=
         "live curves while the run trains: none | jsonl (output_dir/curves.jsonl, no package) | tensorboard | wandb | "
-        "mlflow | any tracker accelerate supports, if installed", metadata={"same_run": False})
+        "mlflow | any tracker accelerate supports, if installed", json_schema_extra={"same_run": False})
 
-    choices = {"mixed_precision": MIXED_PRECISION, "on_nonfinite_loss": NONFINITE_LOSS, "compile": COMPILE}
-
-    def validate(self) -> None:
-        positive(self, "batch_size", "lr", "log_every")
-        non_negative(self, "weight_decay", "max_grad_norm")
-        if self.report_to != "none":  # its package is checked now, before any data or model
+    @field_validator("report_to")
+    @classmethod
+    def _tracker_installed(cls, report_to: str) -> str:
+        if report_to != "none":  # its package is checked now, before any data or model
             from course_lib.runtime.tracking import check_tracker
 
-            check_tracker(self.report_to)
+            check_tracker(report_to)
+        return report_to
 
 
-def changed_default(name: str, default):
-    """RunConfig's field `name` with another default, its description unchanged."""
-    return described(default, RunConfig.__dataclass_fields__[name].metadata["help"])
+def changed_default(name: str, default) -> FieldInfo:
+    """RunConfig's field `name` with another default, its description and range unchanged."""
+    return FieldInfo.merge_field_infos(RunConfig.model_fields[name], default=default)
 
 
-@dataclass
 class TrainingRunConfig(RunConfig):
     """What a fine-tuning run and a multitask run share: the pretrained model, the task data and BERT's
     fine-tuning recipe (Devlin et al. 2019, App. A.3).
@@ -77,64 +80,67 @@ class TrainingRunConfig(RunConfig):
     their own options. A field means the same in both; in a multitask run it applies to each task.
     """
 
-    model: str | None = described(None, "None: the packaged MiniLM; else a Hugging Face BERT folder or hub id")
-    max_train_samples: int | None = described(None,
+    model: str | None = Field(None, description="None: the packaged MiniLM; else a Hugging Face BERT folder or hub id")
+    max_train_samples: int | None = Field(None, gt=0, description=
         "train on a seeded random subset of this many examples, per task (None: all)")
-    max_eval_samples: int | None = described(None, "evaluate on a seeded random subset of each dev split (None: all)")
-    epochs: int = described(3, "passes over the training data")
-    max_len: int | None = described(None,
+    max_eval_samples: int | None = Field(None, gt=0, description=
+        "evaluate on a seeded random subset of each dev split (None: all)")
+    epochs: int = Field(3, gt=0, description="passes over the training data")
+    max_len: int | None = Field(None, gt=0, description=
         "tokens per example, [CLS] and [SEP] included; longer ones are cut (span QA: windowed). None: the task's own, "
         "128 for GLUE (384 for SQuAD)")
-    eval_batch_size: int = described(128, "examples per forward pass when evaluating")
-    warmup_ratio: float = described(0.1, "share of the steps the learning rate rises linearly, then decays to 0")
-    classifier_dropout: float = described(0.1, "dropout before the classifier head (each task's, in a multitask run)")
-    bucket_by_length: bool = described(False, "batch examples of similar length together: less padding, faster on CPUs")
-    save_every: int = described(0, "also checkpoint every N optimiser steps (0: end of each epoch only)")
-
-    def validate(self) -> None:
-        super().validate()
-        positive(self, "epochs", "max_len", "eval_batch_size")
-        optional_positive(self, "max_train_samples", "max_eval_samples")
-        fraction(self, "warmup_ratio", "classifier_dropout")
-        non_negative(self, "save_every")
+    eval_batch_size: int = Field(128, gt=0, description="examples per forward pass when evaluating")
+    warmup_ratio: float = Field(0.1, ge=0, lt=1, description=
+        "share of the steps the learning rate rises linearly, then decays to 0")
+    classifier_dropout: float = Field(0.1, ge=0, lt=1, description=
+        "dropout before the classifier head (each task's, in a multitask run)")
+    bucket_by_length: bool = Field(False, description=
+        "batch examples of similar length together: less padding, faster on CPUs")
+    save_every: int = Field(0, ge=0, description="also checkpoint every N optimiser steps (0: end of each epoch only)")
 
 
-@dataclass
 class FinetuneConfig(TrainingRunConfig):
     """One fine-tuning run, on a task of any family. Defaults follow the BERT paper's recipe (Devlin et al. 2019, App. A.3)."""
 
-    task: str = described("sst2",
+    task: str = Field("sst2", description=
         "the task to fine-tune on: a preset of a task family (GLUE tasks are the sentence family)")
-    task_type: str | None = described(None,
+    task_type: Literal[tuple(TASK_TYPES)] | None = Field(None, description=
         "--task custom only: classification, regression, tagging or multiple-choice")
-    train_file: str | None = described(None, "replaces the task preset's training data (span QA: a SQuAD JSON file)")
-    validation_file: str | None = described(None, "replaces the preset's dev data (span QA: a SQuAD JSON file)")
-    test_file: str | None = described(None, "a labelled test split, scored like dev (replaces a preset's test data)")
-    data_dir: str | None = described(None,
+    train_file: str | None = Field(None, description=
+        "replaces the task preset's training data (span QA: a SQuAD JSON file)")
+    validation_file: str | None = Field(None, description="replaces the preset's dev data (span QA: a SQuAD JSON file)")
+    test_file: str | None = Field(None, description=
+        "a labelled test split, scored like dev (replaces a preset's test data)")
+    data_dir: str | None = Field(None, description=
         "a preset's folder of files (None: its variable, e.g. $WNUT17_DIR, else the hub)")
-    output_dir: str = described("runs/finetune", "checkpoints, weights and metrics.json; a rerun resumes from here")
-    export: bool = described(False,
+    output_dir: str = Field("runs/finetune", description=
+        "checkpoints, weights and metrics.json; a rerun resumes from here")
+    export: bool = Field(False, description=
         "also write the finished model as a Hugging Face folder, output_dir/hf_model (methods whose model is not "
-        "BERT's at inference are refused before training)", metadata={"same_run": False})
-    method: str = described("vanilla",
+        "BERT's at inference are refused before training)", json_schema_extra={"same_run": False})
+    method: str = Field("vanilla", description=
         "the attention method fine-tuned, a name in the method registry (vanilla: plain BERT)")
-    options: Validated | None = described(None,
+    options: Settings | None = Field(None, description=
         "the method's own options, an instance of its registry entry's `options` class (None: their defaults); flat in"
         " from_dict, to_dict, the command line and metrics.json")
-    task_options: Validated | None = described(None,
+    task_options: Settings | None = Field(None, description=
         "the task family's own options (span QA's strides, a custom file's columns), an instance of its registry "
         "entry's `options` class (None: their defaults); flat as `options`")
 
-    choices = {**RunConfig.choices, "task_type": tuple(TASK_TYPES)}
+    @model_validator(mode="before")
+    @classmethod
+    def _tasks_length(cls, values: dict) -> dict:
+        """max_len None: the task's own; an unknown task is refused here, naming the valid ones."""
+        task = values.get("task", cls.default("task"))
+        if isinstance(task, str) and values.get("max_len") is None:
+            values = {**values, "max_len": get_task(task).max_len}
+        return values
 
-    def validate(self) -> None:
-        task = get_task(self.task)
-        if self.max_len is None:
-            self.max_len = task.max_len
-        super().validate()
-        self.fill_nested()  # the method's options and the task family's
-        if self.export:
+    @model_validator(mode="after")
+    def _exportable(self):
+        if self.export:  # refused before training, not when the finished run is exported
             self.check_exportable()
+        return self
 
     def check_exportable(self) -> None:
         """Refuse, in one line, a run whose model transformers cannot hold (`Method.export_refusal`)."""
@@ -147,8 +153,8 @@ class FinetuneConfig(TrainingRunConfig):
 
     @classmethod
     def nested(cls, values: dict) -> dict[str, type]:
-        return {"options": get_method(values.get("method", cls.method)).options,
-                "task_options": family_of(values.get("task", cls.task), values.get("task_type")).options}
+        return {"options": get_method(values.get("method", cls.default("method"))).options,
+                "task_options": family_of(values.get("task", cls.default("task")), values.get("task_type")).options}
 
     @classmethod
     def option_classes(cls) -> list[type]:
@@ -158,12 +164,11 @@ class FinetuneConfig(TrainingRunConfig):
     @classmethod
     def foreign(cls, values: dict | None) -> dict[str, str]:
         owners = option_owners()
-        if values is None or set(values) - set(owners) - set(cls.__dataclass_fields__):  # another family's?
+        if values is None or set(values) - set(owners) - set(cls.model_fields):  # another family's?
             owners.update(family_option_owners())  # (this loads every family)
         return owners
 
 
-@dataclass
 class PretrainConfig(RunConfig):
     """One pre-training run from scratch: MLM, or MLM + AG (Deshpande & Narasimhan 2020).
 
@@ -174,42 +179,37 @@ class PretrainConfig(RunConfig):
     entry in `methods.pretraining`) are flat outside Python.
     """
 
-    method: str = described("mlm", "the pre-training method, a name in methods.pretraining: mlm | ag")
-    tokenizer: str | None = described(None,
+    method: str = Field("mlm", description="the pre-training method, a name in methods.pretraining: mlm | ag")
+    tokenizer: str | None = Field(None, description=
         "the vocabulary: a BERT folder (or one with only its tokenizer files) or hub id; None: the packaged MiniLM's. "
         "The new model's size is set below; only the tokenizer is taken from here")
-    corpus: str | None = described(None, "a text file, one sentence or paragraph a line; None: see glue_dir")
-    output_dir: str = described("runs/pretrain",
+    corpus: str | None = Field(None, description="a text file, one sentence or paragraph a line; None: see glue_dir")
+    output_dir: str = Field("runs/pretrain", description=
         "checkpoints, the trained model folder and metrics.json; reruns resume")
-    max_steps: int = described(300, "optimiser steps of the run")
-    max_len: int = described(64, "tokens per block; lines are packed whole into blocks")
-    eval_blocks: int = described(64, "held-out blocks scored every eval_every steps, with fixed masks")
-    eval_every: int = described(50, "also the checkpoint interval")
-    warmup_steps: int = described(0, "steps the learning rate rises linearly, then decays linearly to 0")
-    mlm_probability: float = described(0.15, "share of real tokens predicted: 80% [MASK], 10% random, 10% kept")
-    num_hidden_layers: int = described(4, "encoder layers of the new model")
-    hidden_size: int = described(128, "its width d")
-    num_attention_heads: int = described(8, "its attention heads; must divide hidden_size")
-    intermediate_size: int = described(512, "its feed-forward width")
-    hidden_dropout_prob: float = described(0.1, "dropout on embeddings and sub-layer outputs")
-    attention_probs_dropout_prob: float = described(0.1, "dropout on the attention probabilities")
+    max_steps: int = Field(300, gt=0, description="optimiser steps of the run")
+    max_len: int = Field(64, ge=8, description="tokens per block; lines are packed whole into blocks")
+    eval_blocks: int = Field(64, gt=0, description="held-out blocks scored every eval_every steps, with fixed masks")
+    eval_every: int = Field(50, gt=0, description="also the checkpoint interval")
+    warmup_steps: int = Field(0, ge=0, description="steps the learning rate rises linearly, then decays linearly to 0")
+    mlm_probability: float = Field(0.15, gt=0, lt=1, description=
+        "share of real tokens predicted: 80% [MASK], 10% random, 10% kept")
+    num_hidden_layers: int = Field(4, description="encoder layers of the new model")
+    hidden_size: int = Field(128, description="its width d")
+    num_attention_heads: int = Field(8, description="its attention heads; must divide hidden_size")
+    intermediate_size: int = Field(512, description="its feed-forward width")
+    hidden_dropout_prob: float = Field(0.1, description="dropout on embeddings and sub-layer outputs")
+    attention_probs_dropout_prob: float = Field(0.1, description="dropout on the attention probabilities")
     lr: float = changed_default("lr", 1e-4)
     weight_decay: float = changed_default("weight_decay", 0.0)
     log_every: int = changed_default("log_every", 10)
-    options: Validated | None = described(None,
+    options: Settings | None = Field(None, description=
         "the method's options (None: their defaults): the patterns, and AG's scale")
 
-    def validate(self) -> None:
-        self.fill_nested()  # the method's options
-        super().validate()
-        positive(self, "max_steps", "max_len", "eval_blocks", "eval_every")
-        if not 0 < self.mlm_probability < 1:
-            raise UsageError(f"PretrainConfig.mlm_probability must be in (0, 1), got {self.mlm_probability!r}")
-        if self.max_len < 8:
-            raise UsageError(f"PretrainConfig.max_len must be at least 8, got {self.max_len!r}")
+    @model_validator(mode="after")
+    def _model_and_heads(self):
         self.model_shape()  # BertConfig's checks: sizes > 0, dropout in [0, 1), heads dividing the width
-        non_negative(self, "warmup_steps")
         self.options.check_heads(self.num_attention_heads)
+        return self
 
     def model_shape(self) -> BertConfig:
         """The new model's shape, without its vocabulary (the tokenizer's)."""
@@ -217,7 +217,7 @@ class PretrainConfig(RunConfig):
 
     @classmethod
     def nested(cls, values: dict) -> dict[str, type]:
-        return {"options": get_pretrain_method(values.get("method", cls.method)).options}
+        return {"options": get_pretrain_method(values.get("method", cls.default("method"))).options}
 
     @classmethod
     def option_classes(cls) -> list[type]:
@@ -239,7 +239,6 @@ COURSE_OPTIONS = ("finetune", "pretrain")
 MULTITASK_SCHEDULES = ("round_robin", "proportional", "annealed")
 
 
-@dataclass
 class MultitaskConfig(TrainingRunConfig):
     """One multitask run: a shared BERT, a head per task, a schedule across tasks, SSA-Co per task.
 
@@ -249,41 +248,41 @@ class MultitaskConfig(TrainingRunConfig):
     thing, per task.
     """
 
-    tasks: str | None = described(None,
+    tasks: str | None = Field(None, description=
         "comma list of task presets, one head each (None: sst2,rte,stsb; with --cs224n: "
         "cs224n_sst,cs224n_para,cs224n_sts; e.g. sst2,qqp,stsb or cs224n_sst,cs224n_para,cs224n_sts,squad_v2)")
-    output_dir: str = described("runs/multitask", "checkpoints, weights and metrics.json; a rerun resumes from here")
-    schedule: str = described("proportional", "which task each step trains: round_robin | proportional | annealed")
-    schedule_alpha_end: float = described(0.2,
+    output_dir: str = Field("runs/multitask", description=
+        "checkpoints, weights and metrics.json; a rerun resumes from here")
+    schedule: Literal[MULTITASK_SCHEDULES] = Field("proportional", description=
+        "which task each step trains: round_robin | proportional | annealed")
+    schedule_alpha_end: float = Field(0.2, ge=0, le=1, description=
         "annealed: sampling exponent of the last epoch (Stickland & Murray: 0.2)")
-    ssa: str = described("none",
+    ssa: str = Field("none", description=
         "tasks trained with `ssa_method`, SSA-Co's token loss by default: none | all | a comma list")
-    ssa_method: str = described("ssa-co", "the registry method of the tasks in `ssa`; the others are vanilla")
-    cs224n: bool = described(False,
+    ssa_method: str = Field("ssa-co", description=
+        "the registry method of the tasks in `ssa`; the others are vanilla")
+    cs224n: bool = Field(False, description=
         "the CS224N default project: its three tasks from --data-dir, its model interface, and "
         "predictions/{sst,para,sts}-{dev,test}-output.csv in the output folder")
-    data_dir: str | None = described(None,
+    data_dir: str | None = Field(None, description=
         "the course's data folder (None: $CS224N_DATA_DIR), or another preset's folder")
-    pair_encoding: str | None = described(None,
+    pair_encoding: Literal[PAIR_ENCODINGS] | None = Field(None, description=
         "separate: each sentence of a pair encoded alone, a head on both [CLS] (the course's); cross: one sequence "
         "[CLS] a [SEP] b [SEP] (BERT's). None: separate with --cs224n, else cross")
-    option: str = described("finetune",
+    option: Literal[COURSE_OPTIONS] = Field("finetune", description=
         "the course's --option: finetune trains everything; pretrain freezes the encoder")
-    use_gpu: bool = described(False,
+    use_gpu: bool = Field(False, description=
         "the course's flag: insist on a CUDA GPU (without it a GPU is still used when present)")
-    options: Validated | None = described(None,
+    options: Settings | None = Field(None, description=
         "`ssa_method`'s options, for the tasks in `ssa` (None: its defaults); flat in from_dict, to_dict, the command "
         "line and metrics.json")
-    span_qa_options: Validated | None = described(None,
+    span_qa_options: Settings | None = Field(None, description=
         "the span-QA family's options, for a span-QA task among `tasks` (None: their defaults); flat as options. The "
         "other families' options describe custom files, which a multitask run does not take")
 
-    choices = {**RunConfig.choices, "schedule": MULTITASK_SCHEDULES, "pair_encoding": PAIR_ENCODINGS,
-               "option": COURSE_OPTIONS}
-
     @classmethod
     def nested(cls, values: dict) -> dict[str, type]:
-        return {"options": get_method(values.get("ssa_method", cls.ssa_method)).options,
+        return {"options": get_method(values.get("ssa_method", cls.default("ssa_method"))).options,
                 "span_qa_options": get_family("span_qa").options}
 
     @classmethod
@@ -310,11 +309,21 @@ class MultitaskConfig(TrainingRunConfig):
             return []
         return [name for name in self.task_names() if len(getattr(get_task(name), "text_columns", ())) == 2]
 
-    def validate(self) -> None:
-        if self.tasks is None:
-            self.tasks = CS224N_TASKS if self.cs224n else DEFAULT_MULTITASK_TASKS
-        if self.pair_encoding is None:
-            self.pair_encoding = "separate" if self.cs224n else "cross"
+    @model_validator(mode="before")
+    @classmethod
+    def _course_defaults(cls, values: dict) -> dict:
+        """The tasks, the pair encoding and max_len a run left None: the course's with --cs224n; an unknown task is
+        refused here, naming the valid ones."""
+        cs224n = values.get("cs224n") is True
+        values = {"tasks": CS224N_TASKS if cs224n else DEFAULT_MULTITASK_TASKS, **{k: v for k, v in values.items()
+                  if v is not None}, "pair_encoding": values.get("pair_encoding") or ("separate" if cs224n else "cross")}
+        if isinstance(values["tasks"], str) and values.get("max_len") is None:
+            values["max_len"] = max((get_task(name.strip()).max_len for name in values["tasks"].split(",")
+                                     if name.strip()), default=None)
+        return values
+
+    @model_validator(mode="after")
+    def _tasks_and_ssa(self):
         names = self.task_names()
         if not names or len(set(names)) < len(names) or "custom" in names:
             raise UsageError(f"MultitaskConfig.tasks must name distinct task presets, got {self.tasks!r}")
@@ -330,16 +339,12 @@ class MultitaskConfig(TrainingRunConfig):
             raise UsageError(f"SSA on {both[0]} needs --pair-encoding cross: its token labels are positions of one "
                              f"encoded pair (separately encoded pairs: no SSA; valid SSA tasks here: "
                              f"{', '.join(n for n in names if n not in both) or 'none'})")
-        if self.max_len is None:
-            self.max_len = max(get_task(name).max_len for name in names)
-        self.fill_nested()  # the method's and span QA's options
-        super().validate()
-        unit_interval(self, "schedule_alpha_end")
         if self.use_gpu:
             import torch
 
             if not torch.cuda.is_available():
                 raise UsageError("--use-gpu: no CUDA GPU is visible here (leave the flag out to train on the CPU)")
+        return self
 
 
 # ----------------------------------------------------------------------------------------------
@@ -347,11 +352,12 @@ class MultitaskConfig(TrainingRunConfig):
 
 
 def field_choices(cls) -> dict[str, tuple[str, ...]]:
-    """The valid names of the fields that take one: validate() checks them, --help lists them. A config class's
-    own `choices` (a method's options) and, for the run configs, the registries' names."""
+    """The valid names of the fields that take one, which --help lists: the `Literal` fields' and, for the run
+    configs, the registries' names."""
     names = {  # built only for `cls`: listing a registry's names loads all of it
         FinetuneConfig: lambda: {"task": tuple(every_task()), "method": tuple(every_method())},
         MultitaskConfig: lambda: {"tasks": tuple(t for t in every_task() if t != "custom")},
         PretrainConfig: lambda: {"method": tuple(PRETRAIN_METHODS.every())},
     }
-    return {**names.get(cls, dict)(), **getattr(cls, "choices", {})}
+    literals = {name: literal_names(f.annotation) for name, f in cls.model_fields.items()}
+    return {**names.get(cls, dict)(), **{name: valid for name, valid in literals.items() if valid}}

@@ -12,7 +12,6 @@ refused in one line rather than exported wrong.
 """
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
@@ -44,7 +43,7 @@ def hf_config(model, task, class_name: str, classifier_dropout: float) -> dict:
     names = getattr(task, "label_names", None)
     labels = {"id2label": dict(enumerate(names)), "label2id": {n: i for i, n in enumerate(names)}} if names else {}
     regression = {"problem_type": "regression"} if getattr(task, "is_regression", False) else {}
-    encoder = {k: v for k, v in dataclasses.asdict(shape).items() if not k.startswith("attn_normalizer")}
+    encoder = {k: v for k, v in shape.to_dict().items() if not k.startswith("attn_normalizer")}
     return {"model_type": "bert", "architectures": [class_name], "hidden_act": "gelu", **encoder,  # HF's names
             "classifier_dropout": classifier_dropout, "num_labels": model.num_labels if not names else len(names),
             **labels, **regression}

@@ -80,7 +80,7 @@ def task_config(cfg: MultitaskConfig, name: str) -> FinetuneConfig:
     """The single-task run of one task: the shared fields, cfg.ssa_method for a task in cfg.ssa, else vanilla, and the
     span-QA options for a span-QA task. The data folder goes to the course's presets only: the others find
     theirs as they do alone (GLUE_DIR, SQUAD_DIR, ...)."""
-    recipe = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(TrainingRunConfig)}
+    recipe = {name: getattr(cfg, name) for name in TrainingRunConfig.model_fields}
     ssa, task = name in cfg.ssa_task_names(), get_task(name)
     return FinetuneConfig(**recipe, task=name, output_dir=str(Path(cfg.output_dir) / name),
                           method=cfg.ssa_method if ssa else "vanilla", options=cfg.options if ssa else None,

@@ -21,7 +21,6 @@ model.safetensors, tokenizer files) that `load_pretrained` and `finetune --model
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -161,8 +160,8 @@ def evaluate(model: BertForMaskedLM, blocks: list[list[int]], batch_size: int, p
 
 def build_mlm_model(cfg: PretrainConfig, tokenizer) -> tuple["BertForMaskedLM", AttentionGuidance]:
     """A fresh BERT with an MLM head shaped by the config, and the attention guidance its AG run would use."""
-    bert_cfg = dataclasses.replace(cfg.model_shape(), vocab_size=len(tokenizer), max_position_embeddings=cfg.max_len,
-                                   pad_token_id=tokenizer.pad_token_id)
+    bert_cfg = cfg.model_shape().replace(vocab_size=len(tokenizer), max_position_embeddings=cfg.max_len,
+                                         pad_token_id=tokenizer.pad_token_id)
     model = BertForMaskedLM(bert_cfg)  # first: its initialisation draws from the seeded generator
     options = cfg.options
     guidance = AttentionGuidance(cfg.num_attention_heads, options.ag_head_types, options.ag_reduction,

@@ -24,7 +24,6 @@ changes what their code computes here:
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -64,7 +63,7 @@ def authors_model(bert, ours, family: str, test):
     """The authors' model for our model's task, holding our model's tensors, in float64 and training mode."""
     from transformers import BertConfig
 
-    fields = {k: v for k, v in dataclasses.asdict(ours.encoder.config).items()
+    fields = {k: v for k, v in ours.encoder.config.to_dict().items()
               if k not in ("attn_normalizer", "attn_normalizer_params")}
     config = BertConfig(**fields, hidden_act="gelu", num_labels=ours.num_labels)
     task = {test.SENTENCE: bert.AsaBertForSequenceClassification, test.TAGGING: bert.AsaBertForTokenClassification,
