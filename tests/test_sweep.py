@@ -17,6 +17,7 @@ from course_lib.lab import collect
 from course_lib.lab import sweep, sweep_cli
 from course_lib.methods.asa import ASAOptions
 from course_lib.cli import build_parser
+from course_lib.runtime.errors import UsageError
 from course_lib.training.config import FinetuneConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -229,6 +230,8 @@ def test_a_float_yaml_11_reads_as_text_is_the_number(tmp_path):
     (tmp_path / "grid.yaml").write_text("command: finetune\nbase: {lr: 5e-5}\ngrid: {seed: [0]}\n")
     [run] = sweep.load_grid(tmp_path / "grid.yaml", tmp_path / "runs")
     assert run.config.lr == 5e-5
+    with pytest.raises(UsageError, match="lr must be float or int, got 'inf'"):  # text that is no finite number
+        FinetuneConfig.from_dict({"lr": "inf"})
 
 
 @pytest.mark.parametrize("text, message", [

@@ -18,11 +18,12 @@ def markdown(frame: pd.DataFrame) -> list[str]:
 
 
 def grouped(items: list, key) -> dict:
-    """Returns {key(item): [its items]}, the keys in the order they first appear (pandas' group-by; a key None
-    comes back as NaN)."""
-    by = pd.Series(items, dtype=object).groupby(pd.Series([key(item) for item in items], dtype=object), sort=False,
-                                                dropna=False)
-    return {name: list(members) for name, members in by}
+    """Returns {key(item): [its items]}, the keys in the order they first appear (a plain loop: pandas' group-by
+    would give a key None back as NaN)."""
+    groups: dict = {}
+    for item in items:
+        groups.setdefault(key(item), []).append(item)
+    return groups
 
 
 def seed_stats(values: pd.DataFrame, by: list[str]) -> dict:

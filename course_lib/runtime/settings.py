@@ -12,6 +12,7 @@ grids, notebook parameters and `metrics.json` name each option once, as `asa_tau
 """
 from __future__ import annotations
 
+import math
 import typing
 from typing import Literal
 
@@ -98,9 +99,10 @@ class Settings(BaseModel):
         """`5e-5` from YAML is text: a float field reads the number."""
         if isinstance(value, str) and float in kinds(cls.model_fields[info.field_name].annotation):
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 return value
+            return number if math.isfinite(number) else value  # "inf" or "nan" as text stays text: refused
         return value
 
     @model_validator(mode="before")
