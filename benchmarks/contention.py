@@ -159,7 +159,7 @@ def check_arguments(busy: list[int], rounds: int, repeats: int, batch_size: int,
 def main(args) -> None:
     check_arguments(args.busy, args.rounds, args.repeats, args.batch_size, args.seq_len)
     result = contention(tuple(args.busy), args.rounds, args.repeats, args.batch_size, args.seq_len)
-    print(json.dumps(result, indent=2) if args.json else format_contention(result))
+    print(json.dumps(result, indent=2) if args.as_json else format_contention(result))
 
 
 if __name__ == "__main__":  # one run, in the process `contention` starts for it

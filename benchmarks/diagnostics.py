@@ -327,4 +327,4 @@ def main(args) -> None:
     with contextlib.redirect_stdout(sys.stderr):  # finetune's per-epoch lines; stdout is the table or JSON
         output_dir = Path(args.output_dir or "runs/diagnostics") / name
         results = run_diagnostics(methods, seeds, BUDGETS[name], output_dir, args.model)
-    print(json.dumps(results, indent=2) if args.json else format_table(results))
+    print(json.dumps(results, indent=2) if args.as_json else format_table(results))

@@ -151,5 +151,5 @@ def main(args) -> None:
         raise UsageError(f"--seeds must name at least one seed, got {args.seeds!r}")
     result = family_reference(task, args.output_dir or f"runs/bench/reference/{task}", args.model, seeds,
                               args.epochs)
-    print(json.dumps(result, indent=2) if args.json else format_family_reference(result))
+    print(json.dumps(result, indent=2) if args.as_json else format_family_reference(result))
 

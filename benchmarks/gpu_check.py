@@ -22,7 +22,6 @@ checks on a tiny model in minutes.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import linecache
@@ -35,12 +34,16 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Literal
 
 import torch
+from pydantic import Field, field_validator, model_validator
 
 from benchmarks.gpu_loop import loop_section, synchronize
+from course_lib.runtime.command_line import DefaultsWhereUseful, add_fields, parsed
 from course_lib.runtime.errors import Parser, UsageError, choice_error, report_errors
 from course_lib.runtime.repro import atomic_write
+from course_lib.runtime.settings import Settings
 from course_lib.training.config import COMPILE
 
 SHAPES = {  # Hugging Face config fields; base is bert-base-uncased's shape
@@ -495,61 +498,81 @@ def format_report(results: dict) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = Parser(prog="python -m benchmarks.gpu_check", description=__doc__.split("\n")[0])
-    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--size", choices=sorted(SHAPES), default=None,
-                        help="model shape: base (bert-base-uncased's, the default on CUDA) or tiny (CPU default)")
-    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {', '.join(SECTIONS)}")
-    parser.add_argument("--notebook-compile", choices=["off", "preset"], default="off",
-                        help="the notebooks section's compile setting: off (a few steps each, no compile time) or "
-                             "the paper presets' own (graphs), which costs a compilation per run")
-    parser.add_argument("--loop-compile", default=None,
-                        help="the loop section's compile settings, a comma list of off, default, graphs (default: all "
-                             "three on a GPU; a lease too short for every compilation can measure one)")
-    parser.add_argument("--work-dir", default="runs/gpu_check", help="random model, generated data, run folders")
-    parser.add_argument("--report", default=None, help="markdown report (default: WORK_DIR/report.md)")
-    args = parser.parse_strict(argv)
-    args.size = args.size or ("base" if args.device == "cuda" else "tiny")
-    args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    for section in args.sections:
-        if section not in SECTIONS:
-            raise choice_error("section", section, SECTIONS)
-    args.loop_compile = tuple(m.strip() for m in args.loop_compile.split(",") if m.strip()) if args.loop_compile \
-        else None
-    for mode in args.loop_compile or ():
-        if mode not in COMPILE:
-            raise choice_error("loop compile setting", mode, COMPILE)
-        if mode == "graphs" and args.device != "cuda":
-            raise UsageError("--loop-compile graphs needs --device cuda: CUDA graphs run on GPUs only "
-                             "(valid here: off, default)")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda, but torch sees no CUDA device (valid here: cpu)")
-    return args
+def _comma_words(value):
+    """`--sections loop,parity` or `--sections loop parity`: the words, in order."""
+    words = [value] if isinstance(value, str) else value
+    return value if words is None else tuple(w.strip() for word in words for w in word.split(",") if w.strip())
+
+
+class GpuCheck(Settings):
+    """The GPU check's options; the model's shape follows the device unless given."""
+
+    device: Literal["cuda", "cpu"] = Field(default_factory=lambda: "cuda" if torch.cuda.is_available() else "cpu",
+                                           description="where the checks run (default: cuda where torch sees one)")
+    size: Literal[tuple(sorted(SHAPES))] | None = Field(None, description="model shape: base (bert-base-uncased's, "
+                                                        "the default on CUDA) or tiny (CPU default)")
+    sections: tuple[str, ...] = Field(tuple(SECTIONS), description=f"comma list of {', '.join(SECTIONS)} "
+                                      "(default: all)")
+    notebook_compile: Literal["off", "preset"] = Field("off", description="the notebooks section's compile setting: "
+                                                       "off (a few steps each, no compile time) or the paper "
+                                                       "presets' own (graphs), which costs a compilation per run")
+    loop_compile: tuple[str, ...] | None = Field(None, description="the loop section's compile settings, a comma "
+                                                 "list of off, default, graphs (default: all three on a GPU; a lease "
+                                                 "too short for every compilation can measure one)")
+    work_dir: str = Field("runs/gpu_check", description="random model, generated data, run folders")
+    report: str | None = Field(None, description="markdown report (default: WORK_DIR/report.md)")
+
+    _words = field_validator("sections", "loop_compile", mode="before")(_comma_words)
+
+    @model_validator(mode="after")
+    def _runnable_here(self):
+        for section in self.sections:
+            if section not in SECTIONS:
+                raise choice_error("section", section, SECTIONS)
+        for mode in self.loop_compile or ():
+            if mode not in COMPILE:
+                raise choice_error("loop compile setting", mode, COMPILE)
+            if mode == "graphs" and self.device != "cuda":
+                raise UsageError("--loop-compile graphs needs --device cuda: CUDA graphs run on GPUs only "
+                                 "(valid here: off, default)")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise UsageError("--device cuda, but torch sees no CUDA device (valid here: cpu)")
+        return self
+
+    @property
+    def shape(self) -> str:
+        return self.size or ("base" if self.device == "cuda" else "tiny")
+
+
+def parse_args(argv: list[str] | None) -> GpuCheck:
+    parser = Parser(prog="python -m benchmarks.gpu_check", description=__doc__.split("\n")[0],
+                    formatter_class=DefaultsWhereUseful)
+    add_fields(parser, GpuCheck, words=True)
+    return parsed(parser.parse_strict(argv), GpuCheck)
 
 
 def main(argv: list[str] | None = None) -> int:
     return report_errors(lambda: run_checks(parse_args(argv), argv), "the GPU check; its report was not written")
 
 
-def run_checks(args: argparse.Namespace, argv: list[str] | None) -> int:
+def run_checks(args: GpuCheck, argv: list[str] | None) -> int:
     """Every chosen section in turn; a section that raises is reported as an error and the rest still run."""
     for name, value in (("TQDM_DISABLE", "1"), ("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"),
                         ("MPLBACKEND", "Agg")):  # a batch job on a machine without the hub or a screen
         os.environ.setdefault(name, value)
     device, work = torch.device(args.device), Path(args.work_dir).resolve()
-    model_dir = make_random_model(work / f"bert-{args.size}-random", args.size)
+    model_dir = make_random_model(work / f"bert-{args.shape}-random", args.shape)
     glue_dir = write_generated_glue(work / "glue", train_rows=1000, shipped=True)  # real where data/ has it
     os.environ["GLUE_DIR"] = str(glue_dir)  # the notebooks read GLUE from here
     calls = {"parity": lambda: parity(model_dir, device),
-             "throughput": lambda: throughput(model_dir, device, ((32, 128), (8, 512)) if args.size == "base"
+             "throughput": lambda: throughput(model_dir, device, ((32, 128), (8, 512)) if args.shape == "base"
                                               else ((8, 64),), repeats=10 if args.device == "cuda" else 3),
-             "methods": lambda: methods(model_dir, glue_dir, work, args.size, device),
-             "notebooks": lambda: notebooks(model_dir, work, args.size, args.notebook_compile),
+             "methods": lambda: methods(model_dir, glue_dir, work, args.shape, device),
+             "notebooks": lambda: notebooks(model_dir, work, args.shape, args.notebook_compile),
              "multi_gpu": lambda: multi_gpu(model_dir, glue_dir, work),
-             "loop": lambda: loop_section(model_dir, glue_dir, work, device, args.size, args.loop_compile)}
+             "loop": lambda: loop_section(model_dir, glue_dir, work, device, args.shape, args.loop_compile)}
     results = {"command": "python -m benchmarks.gpu_check " + " ".join(sys.argv[1:] if argv is None else argv),
-               "shape": {"size": args.size, **SHAPES[args.size]}, "environment": environment(device)}
+               "shape": {"size": args.shape, **SHAPES[args.shape]}, "environment": environment(device)}
     for section in args.sections:
         started = time.perf_counter()
         try:

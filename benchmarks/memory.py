@@ -176,7 +176,7 @@ def format_memory(result: dict) -> str:
 
 def main(args) -> None:
     result = memory(args.model, steps=args.repeats)
-    print(json.dumps(result, indent=2) if args.json else format_memory(result))
+    print(json.dumps(result, indent=2) if args.as_json else format_memory(result))
 
 
 if __name__ == "__main__":  # one run, in the process `memory` starts for it

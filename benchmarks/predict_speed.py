@@ -87,4 +87,4 @@ def main(args) -> None:
     run_dir = prepared_run(args.run, output_dir, args.model)
     result = measure(run_dir, sst2_sentences(args.glue_dir, args.sentences), args.batch_size, args.repeats,
                      output_dir)
-    print(json.dumps(result, indent=2) if args.json else format_report(result))
+    print(json.dumps(result, indent=2) if args.as_json else format_report(result))

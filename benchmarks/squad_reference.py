@@ -127,4 +127,4 @@ def main(args) -> None:
                          f"(got {str(squad_file) if squad_file else 'neither'})")
     budget = SquadBudget(train_questions=args.train_questions or None, epochs=args.epochs or SquadBudget.epochs)
     result = squad_reference(squad_file, args.output_dir or "runs/bench/squad", args.model, budget)
-    print(json.dumps(result, indent=2) if args.json else format_squad_reference(result))
+    print(json.dumps(result, indent=2) if args.as_json else format_squad_reference(result))

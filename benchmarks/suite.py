@@ -593,16 +593,16 @@ def main(args) -> None:
         results = methods(args.model, args.batch_size, (args.seq_lens or [64])[0], args.repeats,
                           epoch_examples=args.epoch_examples, glue_dir=args.glue_dir,
                           fast_kernels=args.fast_kernels)
-        print(json.dumps(results, indent=2) if args.json else format_methods(results))
+        print(json.dumps(results, indent=2) if args.as_json else format_methods(results))
     elif args.what == "sparsemax":
         seq = (args.seq_lens or [128])[0]
         results = sparsemax_speed((args.batch_size, 12, seq, seq), args.repeats)
-        print(json.dumps(results, indent=2) if args.json else format_sparsemax(results))
+        print(json.dumps(results, indent=2) if args.as_json else format_sparsemax(results))
     else:
         results = speed(args.model, args.batch_size, tuple(args.seq_lens or (64, 128)), args.repeats,
                         compiled=args.compile)
-        print(json.dumps(results, indent=2) if args.json else format_speed(results))
+        print(json.dumps(results, indent=2) if args.as_json else format_speed(results))
         span = span_speed(args.model, args.qa_batch_size, repeats=max(2, args.repeats // 2))
-        print(json.dumps(span, indent=2) if args.json else format_head_speed(span))
+        print(json.dumps(span, indent=2) if args.as_json else format_head_speed(span))
         tags = tagging_speed(args.model, args.batch_size, repeats=max(2, args.repeats // 2))
-        print(json.dumps(tags, indent=2) if args.json else format_head_speed(tags))
+        print(json.dumps(tags, indent=2) if args.as_json else format_head_speed(tags))

@@ -11,13 +11,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import re
 import sys
-import typing
 
 from course_lib.runtime.errors import Parser, UsageError, report_errors
 from course_lib.fast.allocator import keep_freed_memory, memory_mode
-from course_lib.runtime.settings import kinds
+from course_lib.runtime.command_line import add_field
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, field_choices
 
 COMMANDS = {  # the commands with a parser of their own: `python -m course_lib NAME ARGS` runs NAME's main(ARGS)
@@ -53,38 +51,12 @@ def run_command(name: str, argv: list[str]) -> int:
     return module.main(argv) or 0
 
 
-def _option_help(doc: str, choices: tuple[str, ...]) -> str:
-    """The field's help text, plus its valid names unless the text already lists them all ('%' escaped for
-    argparse, which formats help text with %-style; the default is added by ArgumentDefaultsHelpFormatter)."""
-    if choices and not all(re.search(rf"(?<![\w-]){re.escape(c)}(?![\w-])", doc) for c in choices):
-        doc = f"{doc} (valid: {', '.join(choices)})"
-    return doc.replace("%", "%%")
-
-
-def _add_field(parser, name: str, field, choices: dict, given_only: bool = False) -> None:
-    """One option for one field, its help the field's description, with its choices and default. given_only:
-    absent from the parsed options unless given (a method's options: from_dict refuses another method's, so only
-    what the command line names may reach it). A list or a mapping is given as JSON."""
-    kind = next(k for k in kinds(field.annotation) if k is not type(None))
-    kind = kind if kind in (bool, int, float) else json.loads if (typing.get_origin(kind) or kind) in (list, dict) \
-        else str
-    flag, default = "--" + name.replace("_", "-"), field.get_default(call_default_factory=True)
-    text = _option_help(field.description or "", choices.get(name, ()))
-    text += f" (default: {default})" if given_only else ""
-    keywords = dict(dest=name, default=argparse.SUPPRESS if given_only else default, help=text)
-    if kind is bool:
-        parser.add_argument(flag, action=argparse.BooleanOptionalAction, **keywords)
-    else:
-        parser.add_argument(flag, type=kind, metavar="JSON" if kind is json.loads else kind.__name__.upper(),
-                            **keywords)
-
-
 def _add_flat_options(parser: argparse.ArgumentParser, config_cls, listed: bool = True) -> None:
     """One option per field of the config itself (not the fields that hold a method's or family's options).
     listed: the help lists the registries' names (every task and method, loading them all)."""
     choices = field_choices(config_cls) if listed else {}
     for name in config_cls.flat_hints(classes=[]):  # the fields that hold no nested options
-        _add_field(parser, name, config_cls.model_fields[name], choices)
+        add_field(parser, name, config_cls.model_fields[name], choices.get(name, ()))
 
 
 def _run_option_classes(config_cls, argv: list[str]) -> list[type]:
@@ -111,8 +83,8 @@ def _add_config_options(parser: argparse.ArgumentParser, config_cls, classes: li
     for title, members in groups.items():
         group = parser.add_argument_group(title)
         for name, options in members:
-            _add_field(group, name, options.model_fields[name], field_choices(options),
-                       given_only=bool(readers) or classes is not None)
+            add_field(group, name, options.model_fields[name], field_choices(options).get(name, ()),
+                      given_only=bool(readers) or classes is not None)
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 import torch
 
 from course_lib.lab import notebooks
@@ -17,7 +18,8 @@ from course_lib.model.config import BertConfig, check_mixed_precision
 from course_lib.model.weights import check_fits_model
 from course_lib.model.model_folder import default_model_dir
 from course_lib import cli
-from course_lib.runtime.errors import UsageError, yaml_float_hint
+from course_lib.runtime import command_line
+from course_lib.runtime.errors import UsageError
 from course_lib.tasks.glue import GLUE_TASKS
 from course_lib.tasks.registry import every_task
 from course_lib.training.config import FinetuneConfig, MultitaskConfig, PretrainConfig, RunConfig, TrainingRunConfig
@@ -229,16 +231,11 @@ def test_a_commands_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
 # The notebook runner's messages
 
 
-def test_notebook_set_of_a_yaml_11_float_says_how_to_write_it(capsys):
-    assert notebooks.main(["run", "00_bert_from_scratch", "--set", "lr=5e-5"]) == 2
-    err = one_line(capsys)
-    assert "--set key lr must be number" in err and "YAML reads 5e-5 as text, write 5.0e-05" in err
-
-
-def test_yaml_float_hint_only_for_text_that_is_a_finite_number():
-    assert yaml_float_hint("1e-4") == "; YAML reads 1e-4 as text, write 1.0e-04"
-    assert yaml_float_hint("2.5e3") == "; YAML reads 2.5e3 as text, write 2.5e+03"
-    assert yaml_float_hint("fast") == yaml_float_hint("nan") == yaml_float_hint(3) == ""
+def test_notebook_set_of_a_yaml_11_float_is_read_as_the_number():
+    """PyYAML reads `5e-5` (no '.') as text; a float parameter takes the number, as its writer means it."""
+    assert notebooks.check_parameters("00_bert_from_scratch", {"lr": yaml.safe_load("5e-5")}, "--set") == {"lr": 5e-5}
+    with pytest.raises(UsageError, match=r"^--set: 00_bert_from_scratch.lr must be float or int or None, got 'fast'"):
+        notebooks.check_parameters("00_bert_from_scratch", {"lr": "fast"}, "--set")
 
 
 def test_missing_kernel_gives_the_command_that_installs_it(capsys):
@@ -285,7 +282,7 @@ def test_each_bench_takes_only_its_own_options(capsys):
 def test_each_bench_lists_its_options_in_its_help(what, capsys, monkeypatch):
     text = bench_help([what, "--help"], capsys, monkeypatch)
     flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", text.split("\noptions:", 1)[1])) - {"--help"}
-    declared = set(bench_command.BENCHES[what][2])
+    declared = set(command_line.flags(bench_command.BENCHES[what][2]))
     assert declared <= flags and {f for f in flags if not f.startswith("--no-")} <= declared
 
 

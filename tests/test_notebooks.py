@@ -91,9 +91,9 @@ def test_unknown_and_ill_typed_parameters_are_one_line_errors(tmp_path):
     namespace = {"x_before": 1}
     nb = Notebook(name, namespace)
     good = {**load_preset(name, "smoke"), "output_dir": str(tmp_path)}  # the preset's is relative to notebooks/
-    with pytest.raises(UsageError, match=r"unknown parameter 'epoch' .*valid: .*epochs"):
+    with pytest.raises(UsageError, match=r"unknown 00_bert_from_scratch option 'epoch' .*valid: .*epochs"):
         nb.parameters({**namespace, **good, "epoch": 3})
-    with pytest.raises(UsageError, match=r"parameter epochs must be int .*got '3' \(str\)"):
+    with pytest.raises(UsageError, match=r"00_bert_from_scratch.epochs must be int or None, got '3' \(str\)"):
         nb.parameters({**namespace, **good, "epochs": "3"})
     with pytest.raises(UsageError, match=r"unknown preset 'fast' \(valid: cpu, paper, smoke\)"):
         nb.parameters({**namespace, **good, "preset": "fast"})
@@ -106,8 +106,8 @@ def test_unknown_and_ill_typed_parameters_are_one_line_errors(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["run", "00_bert_from_scratch", "--preset", "fast"], "unknown preset for 00_bert_from_scratch 'fast' (valid: cpu, paper, smoke)"),
     (["run", "00_bert", "--preset", "smoke"], "unknown notebook '00_bert' (valid: "),
-    (["run", "00_bert_from_scratch", "--set", "epochs=two"], "--set key epochs must be int (like 1), got 'two' (str)"),
-    (["run", "00_bert_from_scratch", "--set", "epoch=2"], "unknown --set key 'epoch' for 00_bert_from_scratch"),
+    (["run", "00_bert_from_scratch", "--set", "epochs=two"], "--set: 00_bert_from_scratch.epochs must be int or None, got 'two' (str)"),
+    (["run", "00_bert_from_scratch", "--set", "epoch=2"], "--set: unknown 00_bert_from_scratch option 'epoch' (valid: "),
     (["run", "00_bert_from_scratch", "--set", "epochs"], "--set takes KEY=VALUE"),
     (["run", "00_bert_from_scratch", "--kernel", "no-such-kernel"], "no Jupyter kernel named 'no-such-kernel'"),
 ])

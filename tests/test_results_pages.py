@@ -8,6 +8,7 @@ import pytest
 
 import benchmarks.__main__ as bench_command
 from course_lib import cli
+from course_lib.runtime import command_line
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "results").glob("*.md"))
@@ -32,7 +33,7 @@ def problems(text: str) -> list[str]:
                 found.append(f"{shown}: no such measurement (valid: {', '.join(bench_command.BENCHES)})")
                 continue
             flags = set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", rest)) - {"--help"}
-            unknown = flags - set(bench_command.BENCHES[word][2])
+            unknown = flags - set(command_line.flags(bench_command.BENCHES[word][2]))
             found += [f"{shown}: {flag} is not one of its options" for flag in sorted(unknown)]
         elif module.startswith("benchmarks.") and not (ROOT / f"{module.replace('.', '/')}.py").is_file():
             found.append(f"{shown}: no such module")

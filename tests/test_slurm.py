@@ -77,8 +77,8 @@ def test_the_batch_script_gives_each_task_its_own_run(tmp_path, tiny_base):
     (["--partition", "nope"], "unknown partition 'nope' (valid: debug, gpu)"),
     (["--time", "soon"], "--time 'soon' does not parse"),
     (["--mem-per-run", "lots"], "--mem-per-run 'lots' is not a size"),
-    (["--array-parallelism", "0"], "SlurmOptions.array_parallelism must be >= 1, got 0"),
-    (["--cpus-per-run", "0"], "SlurmOptions.cpus_per_run must be >= 1, got 0"),
+    (["--array-parallelism", "0"], "--array-parallelism must be >= 1, got 0"),
+    (["--cpus-per-run", "0"], "--cpus-per-run must be >= 1, got 0"),
     (["--shard", "0/2"], "--shard with --launcher slurm"),
 ])
 def test_bad_slurm_options_are_one_line_exit_2_and_nothing_is_submitted(tmp_path, tiny_base, fake_slurm, capsys,

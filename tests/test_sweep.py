@@ -235,20 +235,25 @@ def test_a_float_yaml_11_reads_as_text_is_the_number(tmp_path):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("command: finetune\ngrid: {sed: [0, 1]}\n", "grid.yaml: unknown grid key 'sed' (valid: "),
-    ("command: finetune\nbase: {epoch: 2}\ngrid: {seed: [0]}\n", "unknown base key 'epoch' (valid: "),
+    ("command: finetune\ngrid: {sed: [0, 1]}\n", "grid.yaml: grid.sed=0: unknown FinetuneConfig option 'sed' (valid: "),
+    ("command: finetune\nbase: {epoch: 2}\ngrid: {seed: [0]}\n", "grid.yaml: base: unknown FinetuneConfig option 'epoch' (valid: "),
     ("command: finetune\ngrid: {epochs: ['2']}\n",
      "grid.yaml: grid.epochs='2': FinetuneConfig.epochs must be int, got '2' (str)"),
     ("command: finetune\nbase: {lr: fast}\ngrid: {seed: [0]}\n", "base: FinetuneConfig.lr must be float or int, got 'fast'"),
     ("command: finetune\ngrid: {task: [sst2, sst3]}\n", "grid.task='sst3': unknown task 'sst3' (valid: anli, cola"),
-    ("command: finetune\ngrid: {seed: 0}\n", "grid.yaml: grid.seed must be a non-empty list of values, got 0"),
+    ("command: finetune\ngrid: {seed: 0}\n", "grid.yaml: GridFile.grid['seed'] must be list, got 0 (int)"),
     ("command: finetune\ngrid: {seed: [0]}\nbase: {output_dir: x}\n", "base.output_dir is set per run"),
     ("command: finetune\nbase: {seed: 1}\ngrid: {seed: [0]}\n", "'seed' is in both base and grid"),
     ("command: train\ngrid: {seed: [0]}\n", "grid.yaml: unknown command 'train' (valid: finetune, notebook)"),
     ("command: finetune\ngrids: {seed: [0]}\n",
-     "grid.yaml: unknown key 'grids' (valid: base, command, grid, exclude, task_overrides, notebook_overrides, "
-     "gpu_hours)"),
-    ("- task: sst2\n", "grid.yaml must be a mapping with keys base, command, grid, exclude, task_overrides, "
+     "grid.yaml: unknown GridFile option 'grids' (valid: base, command, exclude, gpu_hours, grid, notebook_overrides, "
+     "task_overrides)"),
+    ("command: finetune\ngrid: {seed: []}\n", "grid.yaml: GridFile.grid['seed'] must hold at least 1, got []"),
+    ("grid: {seed: [0]}\n", "grid.yaml: GridFile needs command (valid: finetune, notebook)"),
+    ("command: finetune\ngrid: {seed: [0]}\ngpu_hours: lots\n", "GridFile.gpu_hours must be float or int or dict[str, float] or None, got 'lots'"),
+    ("command: finetune\ngrid: {seed: [0]}\ntask_overrides: {sst2: {lrr: 1}}\n",
+     "grid.yaml: task_overrides.sst2: unknown FinetuneConfig option 'lrr'"),
+    ("- task: sst2\n", "grid.yaml must be a mapping with keys command, base, grid, exclude, task_overrides, "
                       "notebook_overrides, gpu_hours; it holds a list"),
     ("command: notebook\ngrid: {notebook: [06_results]}\ntask_overrides: {sst2: {lr: 1}}\n",
      "grid.yaml: task_overrides is for finetune grids; this grid runs notebook (use notebook_overrides)"),
@@ -267,7 +272,7 @@ def test_bad_grid_file_is_one_line_and_exit_2(tmp_path, capsys, text, message):
 @pytest.mark.parametrize("args, message", [
     (["--shard", "4/4"], "--shard must be I/N with 0 <= I < N (0-based"),
     (["--shard", "1"], "--shard must be I/N"),
-    (["--timeout", "0"], "--timeout must be > 0 seconds, got 0"),
+    (["--timeout", "0"], "--timeout must be > 0, got 0.0"),
     (["--frobnicate"], "unknown option '--frobnicate' (valid: --array-parallelism, "),
 ])
 def test_bad_options_are_one_line_and_exit_2(tmp_path, capsys, args, message):

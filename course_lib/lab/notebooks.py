@@ -15,20 +15,22 @@ parameter values and runs each through this command.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import yaml
+from pydantic import Field, model_validator
 
 from course_lib.lab.reuse import FINISHED_RUNS_ENV
 from course_lib.notebook import params as notebook_params
 from course_lib.notebook.params import PRESETS, check_parameters, load_preset, notebook_names, notebook_path, presets_of
 from course_lib.runtime.errors import Parser, UsageError, report_errors
 from course_lib.runtime.repro import METRICS, progress_disabled
+from course_lib.runtime.settings import Settings
 
 KERNEL = "attention-lab"  # `make` installs it into the venv: the venv's python, then INSTALL_KERNEL
 INSTALL_KERNEL = f"-m ipykernel install --sys-prefix --name {KERNEL} --display-name {KERNEL}"
@@ -47,38 +49,35 @@ def every_notebook(preset: str) -> list[str]:
 # Running a notebook in batch
 
 
-@dataclasses.dataclass
-class NotebookRun:
-    """One notebook run of a sweep grid (`command: notebook`): notebook, preset, and parameter overrides."""
+class NotebookRun(Settings):
+    """One notebook run of a sweep grid (`command: notebook`): notebook, preset, and parameter overrides, checked
+    by the notebook's parameters model (`params.parameters_model`)."""
 
-    notebook: str
-    preset: str = "smoke"
-    kernel: str = KERNEL
+    notebook: str = Field(description="the notebook, e.g. 03_cui2019_sparse_attention")
+    preset: str = Field("smoke", description=f"one of {', '.join(PRESETS)}")
+    kernel: str = Field(KERNEL, description="the Jupyter kernel it runs in")
     output_dir: str | None = None
-    parameters: dict = dataclasses.field(default_factory=dict)
+    parameters: dict[str, Any] = Field({}, description="the notebook's parameters that differ from its preset")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _checked_parameters(cls, values):
+        """The notebook, its preset and parameters checked, the parameters as the notebook reads them."""
+        if isinstance(values, dict) and isinstance(values.get("notebook"), str):
+            load_preset(values["notebook"], values.get("preset", "smoke"))
+            values = {**values, "parameters": check_parameters(values["notebook"], values.get("parameters") or {})}
+        return values
 
     @classmethod
     def from_dict(cls, values: dict, others: str = "refuse") -> "NotebookRun":
-        """Grid keys are the run's own (notebook, preset, kernel) or the notebook's parameters, checked here (a
-        notebook reads every parameter, so `others`, which a fine-tuning config's from_dict takes, changes
-        nothing)."""
-        if "notebook" not in values:
-            raise UsageError(f"a notebook run needs a notebook (valid: {', '.join(notebook_names())})")
+        """Grid keys are the run's own (notebook, preset, kernel) or the notebook's parameters (a notebook reads
+        every parameter, so `others`, which a fine-tuning config's from_dict takes, changes nothing)."""
         own = {k: v for k, v in values.items() if k in RUN_KEYS}
-        for key in ("notebook", "preset", "kernel"):
-            if key in own and not isinstance(own[key], str):
-                raise UsageError(f"{key} must be a string, got {own[key]!r}")
-        run = cls(**own, parameters={k: v for k, v in values.items() if k not in RUN_KEYS})
-        load_preset(run.notebook, run.preset)
-        check_parameters(run.notebook, run.parameters)
-        return run
+        return cls(**own, parameters={k: v for k, v in values.items() if k not in RUN_KEYS})
 
     def to_dict(self) -> dict:
         return {"notebook": self.notebook, "preset": self.preset, "kernel": self.kernel,
                 "output_dir": self.output_dir, **self.parameters}
-
-    def defaults(self) -> dict:
-        return NotebookRun(self.notebook).to_dict()
 
     def command_line(self) -> list[str]:
         args = [sys.executable, "-m", "course_lib", "notebooks", "run", self.notebook, f"--preset={self.preset}",
@@ -128,7 +127,7 @@ def run_notebook(notebook: str, preset: str = "smoke", overrides: dict | None = 
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
     name = notebook_path(notebook).stem
-    params = {**load_preset(name, preset), **check_parameters(name, overrides or {}, "--set key")}
+    params = {**load_preset(name, preset), **check_parameters(name, overrides or {}, "--set")}
     out = Path(output_dir or Path("runs/notebooks") / name / preset).resolve()
     params.update(preset=preset, output_dir=str(out))
     check_parameters(name, params)

@@ -48,13 +48,18 @@ class SlurmOptions(Settings):
 
     model_config = ConfigDict(frozen=True)
 
-    partition: str | None = None
-    time: str | None = Field(None, description="HH:MM:SS, or any of Slurm's forms")
-    gpus_per_run: int = Field(0, ge=0)
-    cpus_per_run: int | None = Field(None, ge=1)
-    mem_per_run: str | None = Field(None, description="16G, 4000M: sbatch's --mem")
-    array_parallelism: int | None = Field(None, ge=1, description="at most this many tasks at once (--array=...%K)")
-    sbatch_args: tuple[str, ...] = Field((), description="passed to sbatch as they are, after the script's own")
+    partition: str | None = Field(None, json_schema_extra={"metavar": "P"})
+    time: str | None = Field(None, description="each task's time limit; a run near it saves and requeues",
+                             json_schema_extra={"metavar": "HH:MM:SS"})
+    gpus_per_run: int = Field(0, ge=0, description="GPUs per run; N > 1 starts a fine-tuning run through "
+                              "accelerate, one process each", json_schema_extra={"metavar": "N"})
+    cpus_per_run: int | None = Field(None, ge=1, json_schema_extra={"metavar": "N"})
+    mem_per_run: str | None = Field(None, description="as sbatch's --mem: 16G, 4000M",
+                                    json_schema_extra={"metavar": "SIZE"})
+    array_parallelism: int | None = Field(None, ge=1, description="at most K tasks at once",
+                                          json_schema_extra={"metavar": "K"})
+    sbatch_arg: tuple[str, ...] = Field((), description="passed to sbatch as is (--sbatch-arg --qos=high); "
+                                        "repeatable", json_schema_extra={"metavar": "ARG", "repeat": True})
 
     @field_validator("time")
     @classmethod
@@ -144,7 +149,7 @@ def submit(grid_file: Path, output_dir: Path, runs: list, options: SlurmOptions,
     atomic_write(run_list, lambda f: f.write("".join(f"{run.name}\n" for run in runs).encode()))
     text = batch_script(Path(grid_file).resolve(), output_dir.resolve(), run_list, len(runs), options, timeout)
     atomic_write(script, lambda f: f.write(text.encode()))
-    done = subprocess.run(["sbatch", "--parsable", *options.sbatch_args, str(script)], capture_output=True,
+    done = subprocess.run(["sbatch", "--parsable", *options.sbatch_arg, str(script)], capture_output=True,
                           text=True)
     if done.returncode != 0:
         raise UsageError(f"sbatch refused the array: {done.stderr.strip() or done.stdout.strip()} (script: {script})")

@@ -45,18 +45,19 @@ import subprocess
 import sys
 import threading
 import time
-import typing
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import Field, model_validator
 
 from course_lib.lab.collect import write_results
 from course_lib.lab.notebooks import NotebookRun, every_notebook
 from course_lib.lab.slurm import ForwardedStop, task_job_id
 from course_lib.model.weights import check_model
-from course_lib.runtime.errors import PREEMPTED, UsageError, yaml_float_hint
+from course_lib.runtime.errors import PREEMPTED, UsageError
 from course_lib.runtime.repro import (METRICS, atomic_write, check_writable_dir, lock_exclusive, progress,
                                       read_json, remove_stale_temporaries, write_json)
 from course_lib.runtime.settings import Settings, first_difference
@@ -67,10 +68,6 @@ from course_lib.training.config import FinetuneConfig
 COMMANDS = {"finetune": FinetuneConfig, "notebook": NotebookRun}  # what a grid can run, and its config
 RUN, LOG, LOCK = "run.json", "log.txt", ".lock"  # the sweep's files in a run folder, beside the run's METRICS
 STDERR_LINES = 20  # how much of a failed run's stderr run.json keeps as its error
-# gpu_hours: the estimate a dry run adds up; task_overrides: {task: {field: value}}, a finetune grid's recipe per
-# task (the papers' Table 5 and such); notebook_overrides: {notebook: {parameter: value}} in a notebook grid
-GRID_KEYS = ("base", "command", "grid", "exclude", "task_overrides", "notebook_overrides", "gpu_hours")
-
 
 @dataclasses.dataclass(frozen=True)
 class GridRun:
@@ -121,12 +118,7 @@ def _config(path: Path, where: str, values: dict, kind=FinetuneConfig, others: s
     try:
         return kind.from_dict(values, others=others)
     except UsageError as err:
-        message = f"{path}: {where}: {err}"
-        hints = kind.flat_hints()
-        for key, value in values.items():  # 5e-5 is text to YAML 1.1: say how to write the float
-            if f".{key} must be" in str(err) and float in (typing.get_args(hints[key]) or (hints[key],)):
-                message += yaml_float_hint(value)
-        raise UsageError(message) from None
+        raise UsageError(f"{path}: {where}: {err}") from None
 
 
 def _safe(value) -> str:
@@ -151,8 +143,64 @@ def run_name(values: dict) -> str:
     return name
 
 
-def read_grid_file(path: Path) -> dict:
-    """The grid file as a mapping of the grid keys; unreadable, not YAML, or an unknown key: one line."""
+class GridFile(Settings):
+    """A grid file's keys, checked before any run (the module's docstring shows one); each run's fields are then
+    checked by its config (`FinetuneConfig.from_dict`, `NotebookRun.from_dict`)."""
+
+    command: Literal[tuple(COMMANDS)] = Field(description="the course_lib command each run executes")
+    base: dict[str, Any] = Field({}, description="the fields every run shares")
+    grid: dict[str, Annotated[list, Field(min_length=1)]] = Field(min_length=1, description="the lists of values "
+                                                                  "to cross; runs are their product")
+    exclude: list[Annotated[dict[str, Any], Field(min_length=1)]] = Field([], description="partial combinations "
+                                                                          "left out of the product")
+    task_overrides: dict[str, dict[str, Any]] = Field({}, description="a finetune grid: {task: {field: value}}")
+    notebook_overrides: dict[str, dict[str, Any]] = Field({}, description="a notebook grid: {notebook: "
+                                                          "{parameter: value}}")
+    gpu_hours: float | dict[str, float] | None = Field(None, description="a dry run's estimate: hours per run, or "
+                                                       "per task (notebook)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_written(cls, values):
+        """`base:` with nothing after it (YAML's None) is no base; `notebook: all` is the list `[all]`."""
+        if not isinstance(values, dict):
+            return values
+        grid = values.get("grid")
+        if isinstance(grid, dict) and grid.get("notebook") == "all":
+            values = {**values, "grid": {**grid, "notebook": ["all"]}}
+        return {k: v for k, v in values.items() if v is not None}
+
+    @model_validator(mode="after")
+    def _each_key_in_one_place(self):
+        per_run, overrides = ("task", "task_overrides") if self.command == "finetune" else ("notebook",
+                                                                                          "notebook_overrides")
+        other = ({"task_overrides", "notebook_overrides"} - {overrides}).pop()
+        if getattr(self, other):
+            raise UsageError(f"{other} is for {'notebook' if other[0] == 'n' else 'finetune'} grids; this grid "
+                             f"runs {self.command} (use {overrides})")
+        for section, keys in (("base", self.base), ("grid", self.grid)):
+            if "output_dir" in keys:
+                raise UsageError(f"{section}.output_dir is set per run by the sweep; remove it (the sweep's "
+                                 f"--output-dir sets the parent folder)")
+        both = sorted(set(self.grid) & set(self.base))
+        if both:
+            raise UsageError(f"{both[0]!r} is in both base and grid; keep it in one")
+        fixed = sorted({"output_dir", per_run, *self.grid})
+        for key, values in getattr(self, overrides).items():
+            if set(values) & set(fixed):
+                raise UsageError(f"{overrides}.{key}.{sorted(set(values) & set(fixed))[0]} is not a field it may "
+                                 f"set (the grid sets {', '.join(fixed)} per run)")
+        for rule in self.exclude:
+            for key, value in rule.items():
+                if key not in self.grid or value not in self.grid[key]:
+                    valid = ", ".join(map(str, self.grid[key])) if key in self.grid else f"grid keys: " \
+                        f"{', '.join(self.grid)}"
+                    raise UsageError(f"exclude {rule!r}: {key}={value!r} is not in the grid (valid: {valid})")
+        return self
+
+
+def read_grid_file(path: Path) -> GridFile:
+    """The grid file, checked; unreadable, not YAML, an unknown key or a bad value: one line naming the file."""
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as err:
@@ -162,57 +210,36 @@ def read_grid_file(path: Path) -> dict:
         line = f" at line {where.line + 1}" if where else ""
         raise UsageError(f"{path} is not valid YAML{line}: {getattr(err, 'problem', None) or err}") from None
     if not isinstance(raw, dict):
-        raise UsageError(f"{path} must be a mapping with keys {', '.join(GRID_KEYS)}; "
+        raise UsageError(f"{path} must be a mapping with keys {', '.join(GridFile.model_fields)}; "
                          f"it holds a {type(raw).__name__}")
-    unknown = sorted(set(raw) - set(GRID_KEYS), key=str)
-    if unknown:
-        raise UsageError(f"{path}: unknown key {unknown[0]!r} (valid: {', '.join(GRID_KEYS)})")
-    return raw
+    try:
+        return GridFile(**{str(k): v for k, v in raw.items()})
+    except UsageError as err:
+        raise UsageError(f"{path}: {err}") from None
 
 
 def load_grid(path: str | Path, output_dir: str | Path) -> list[GridRun]:
     """The grid file's runs, validated, in its order (first list outermost: a baseline listed first runs first)."""
     path = Path(path)
-    raw = read_grid_file(path)
-    if raw.get("command") not in COMMANDS:
-        raise UsageError(f"{path}: unknown command {raw.get('command')!r} (valid: {', '.join(COMMANDS)})")
-    kind = COMMANDS[raw["command"]]
-    base, grid = raw.get("base") or {}, raw.get("grid")
-    if not isinstance(base, dict):
-        raise UsageError(f"{path}: base must be a mapping of {kind.__name__} fields, got {base!r}")
-    if not isinstance(grid, dict) or not grid:
-        raise UsageError(f"{path}: grid must be a mapping of {kind.__name__} fields to lists of values, "
-                         f"got {grid!r}")
-
-    fields = sorted(set(FinetuneConfig.flat_hints()) - {"output_dir"})
-    for section, keys in (("base", base), ("grid", grid)):
-        for key in keys:
-            if key == "output_dir":
-                raise UsageError(f"{path}: {section}.output_dir is set per run by the sweep; remove it "
-                                 f"(the sweep's --output-dir sets the parent folder)")
-            if kind is FinetuneConfig and key not in fields:  # a notebook's parameters are checked per run
-                raise UsageError(f"{path}: unknown {section} key {key!r} (valid: {', '.join(fields)})")
-    for key in grid:
-        if key in base:
-            raise UsageError(f"{path}: {key!r} is in both base and grid; keep it in one")
-    if kind is NotebookRun and grid.get("notebook") == "all":  # every notebook with the base's preset
+    spec = read_grid_file(path)
+    kind, base, grid = COMMANDS[spec.command], spec.base, spec.grid
+    if kind is NotebookRun and grid.get("notebook") == ["all"]:
         grid = {**grid, "notebook": every_notebook(base.get("preset", "smoke"))}
+    overrides = spec.task_overrides if kind is FinetuneConfig else spec.notebook_overrides
     if kind is FinetuneConfig:
         _config(path, "base", base)  # its own fields and its method's options; the other methods' ones below
         try:
             check_method_options(kind, {k: v for k, v in base.items() if k not in kind.flat_hints(classes=[])})
         except UsageError as err:
             raise UsageError(f"{path}: base: {err}") from None
-    overrides = _task_overrides(path, raw, kind, grid)
-    for key, values in grid.items():
-        if not isinstance(values, list) or not values:
-            raise UsageError(f"{path}: grid.{key} must be a non-empty list of values, got {values!r}")
-        if kind is FinetuneConfig:
+        for key, values in grid.items():
             for value in values:
                 _config(path, f"grid.{key}={value!r}", {**base, key: value})
+        for task, values in overrides.items():
+            _config(path, f"task_overrides.{task}", {**base, **values})
 
     runs = {}
-    for values in _combinations(grid, _exclusions(path, raw.get("exclude"), grid)):
+    for values in _combinations(grid, spec.exclude):
         name = run_name(values)
         if name in runs:
             raise UsageError(f"{path}: two runs would share the folder {name!r}; make the grid values differ")
@@ -246,42 +273,6 @@ def _combinations(grid: dict, excluded: list[dict]):
             yield values
 
 
-def _exclusions(path: Path, rules, grid: dict) -> list[dict]:
-    """The grid file's `exclude`: a list of partial combinations (`{task: dream, method: ssaf}`) whose runs the
-    product leaves out, where a method does not apply to a task. Each key is a grid key, each value one of its."""
-    if rules is None:
-        return []
-    if not isinstance(rules, list) or not all(isinstance(rule, dict) and rule for rule in rules):
-        raise UsageError(f"{path}: exclude must be a list of mappings of grid keys to values, got {rules!r}")
-    for rule in rules:
-        for key, value in rule.items():
-            if key not in grid or value not in grid[key]:
-                valid = ", ".join(map(str, grid[key])) if key in grid else f"grid keys: {', '.join(grid)}"
-                raise UsageError(f"{path}: exclude {rule!r}: {key}={value!r} is not in the grid (valid: {valid})")
-    return rules
-
-
-def _task_overrides(path: Path, raw: dict, kind, grid: dict) -> dict:
-    """The grid file's `task_overrides` (a finetune grid: fields per task) or `notebook_overrides` (a notebook
-    grid: parameters per notebook, checked per run), checked: none of them the grid's own keys."""
-    name = "task_overrides" if kind is FinetuneConfig else "notebook_overrides"
-    other = "notebook_overrides" if kind is FinetuneConfig else "task_overrides"
-    if raw.get(other):
-        raise UsageError(f"{path}: {other} is for {'notebook' if kind is FinetuneConfig else 'finetune'} grids; "
-                         f"this grid runs {raw['command']} (use {name})")
-    overrides = raw.get(name) or {}
-    if not isinstance(overrides, dict) or not all(isinstance(v, dict) for v in overrides.values()):
-        raise UsageError(f"{path}: {name} must map a {name.split('_')[0]} to a mapping of fields, got {overrides!r}")
-    per_run = sorted({"output_dir", "task" if kind is FinetuneConfig else "notebook", *grid})
-    for key, values in overrides.items():
-        fixed = sorted(set(values) & set(per_run))
-        unknown = sorted(set(values) - set(FinetuneConfig.flat_hints())) if kind is FinetuneConfig else []
-        if fixed or unknown:
-            raise UsageError(f"{path}: {name}.{key}.{(fixed or unknown)[0]} is not a field it may set "
-                             f"(the grid sets {', '.join(per_run)} per run)")
-    return overrides
-
-
 def _estimate_key(run: GridRun) -> str:
     """What a mapping of gpu_hours is keyed by: a notebook run's notebook, a fine-tuning run's task."""
     return run.config.notebook if isinstance(run.config, NotebookRun) else run.config.task
@@ -293,14 +284,11 @@ def gpu_hours(grid_file: str | Path, runs: list[GridRun]) -> float | None:
     `gpu_hours:` is either one number per run, or a mapping from notebook name (a fine-tuning grid: task name)
     to hours per run.
     """
-    estimate = (yaml.safe_load(Path(grid_file).read_text(encoding="utf-8")) or {}).get("gpu_hours")
+    estimate = read_grid_file(Path(grid_file)).gpu_hours
     if estimate is None:
         return None
-    if isinstance(estimate, (int, float)):
-        return float(estimate) * len(runs)
-    if not isinstance(estimate, dict):
-        raise UsageError(f"{grid_file}: gpu_hours must be a number or a mapping of notebook (or task) to hours, "
-                         f"got {estimate!r}")
+    if isinstance(estimate, float):
+        return estimate * len(runs)
     missing = sorted({_estimate_key(r) for r in runs} - set(estimate))
     if missing:
         raise UsageError(f"{grid_file}: gpu_hours has no estimate for {missing[0]!r}")

@@ -5,12 +5,56 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
 
 from course_lib.lab import sweep, sweep_slurm
 from course_lib.lab.slurm import SlurmOptions
+from course_lib.runtime.command_line import add_fields, parsed
 from course_lib.runtime.errors import Parser, UsageError, report_errors
 
 SLURM_ONLY = ("partition", "time", "cpus_per_run", "mem_per_run", "array_parallelism", "sbatch_arg", "wait")
+
+
+def _meta(metavar: str) -> dict:
+    return {"metavar": metavar}
+
+
+class SweepOptions(SlurmOptions):
+    """The sweep's options: where the runs go and how, and, for `--launcher slurm`, what sbatch is asked."""
+
+    output_dir: str | None = Field(None, description="parent folder of the run folders (default: "
+                                   "runs/sweep/<grid file name>)", json_schema_extra=_meta("DIR"))
+    launcher: Literal["local", "slurm"] = Field("local", description="local: the runs one after another here; "
+                                                "slurm: one job array, a task per run")
+    status: bool = Field(False, description="each run: done, running, queued, stopped, failed or todo, with its "
+                         "job id and a failure's last log line; nothing runs")
+    shard: str = Field("0/1", description="0-based: run only the I-th of N parts", json_schema_extra=_meta("I/N"))
+    dry_run: bool = Field(False, description="list the runs and their status; run nothing")
+    retry_failed: bool = Field(True, description="run failed runs again (default: yes)")
+    timeout: float | None = Field(None, gt=0, description="kill a run after this long and record it as failed "
+                                  "(it resumes next time)", json_schema_extra=_meta("SECONDS"))
+    wait: bool = Field(False, description="block until the array ends, then print the table")
+    run: str | None = Field(None, description="only this run of the grid (what each array task runs)",
+                            json_schema_extra=_meta("NAME"))
+
+    @field_validator("shard")
+    @classmethod
+    def _shard_parses(cls, text: str) -> str:
+        sweep.parse_shard(text)
+        return text
+
+    @model_validator(mode="after")
+    def _no_ignored_options(self):
+        """Options that would be ignored are refused: each names what it needs."""
+        if self.launcher == "local":
+            given_here = [name for name in SLURM_ONLY if getattr(self, name) not in (None, False, ())]
+            if given_here:
+                raise UsageError(f"--{given_here[0].replace('_', '-')} is a Slurm option: add --launcher slurm")
+        elif self.shard != "0/1":
+            raise UsageError("--shard with --launcher slurm: the job array already gives each run its own task")
+        return self
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,45 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
                     formatter_class=argparse.RawDescriptionHelpFormatter,
                     epilog="\n".join(sweep.__doc__.splitlines()[2:]))
     parser.add_argument("grid", metavar="GRID.yaml", help="the grid file: command, base, grid")
-    parser.add_argument("--output-dir", default=None, metavar="DIR",
-                        help="parent folder of the run folders (default: runs/sweep/<grid file name>)")
-    parser.add_argument("--launcher", choices=("local", "slurm"), default="local",
-                        help="local: the runs one after another here; slurm: one job array, a task per run")
-    parser.add_argument("--status", action="store_true", help="each run: done, running, queued, stopped, failed "
-                        "or todo, with its job id and a failure's last log line; nothing runs")
-    parser.add_argument("--shard", default="0/1", metavar="I/N", help="0-based: run only the I-th of N parts")
-    parser.add_argument("--dry-run", action="store_true", help="list the runs and their status; run nothing")
-    parser.add_argument("--retry-failed", action=argparse.BooleanOptionalAction, default=True,
-                        help="run failed runs again (default: yes)")
-    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                        help="kill a run after this long and record it as failed (it resumes next time)")
-    parser.add_argument("--gpus-per-run", type=int, default=0, metavar="N",
-                        help="GPUs per run; N > 1 starts a fine-tuning run through accelerate, one process each")
-    slurm = parser.add_argument_group("--launcher slurm")
-    slurm.add_argument("--partition", metavar="P")
-    slurm.add_argument("--time", metavar="HH:MM:SS", help="each task's time limit; a run near it saves and requeues")
-    slurm.add_argument("--cpus-per-run", type=int, metavar="N")
-    slurm.add_argument("--mem-per-run", metavar="SIZE", help="as sbatch's --mem: 16G, 4000M")
-    slurm.add_argument("--array-parallelism", type=int, metavar="K", help="at most K tasks at once")
-    slurm.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
-                       help="passed to sbatch as is (--sbatch-arg --qos=high); repeatable")
-    slurm.add_argument("--wait", action="store_true", help="block until the array ends, then print the table")
-    parser.add_argument("--run", metavar="NAME", help="only this run of the grid (what each array task runs)")
+    own = [k for k in SweepOptions.model_fields if k not in (*SLURM_ONLY, "gpus_per_run", "run")]
+    add_fields(parser, SweepOptions, [*own, "gpus_per_run", "run"], words=True)
+    add_fields(parser.add_argument_group("--launcher slurm"), SweepOptions, SLURM_ONLY, words=True)
     return parser
-
-
-def check_combination(args: argparse.Namespace) -> None:
-    """Options that would be ignored are refused: each names what it needs."""
-    if args.timeout is not None and not args.timeout > 0:
-        raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
-    if args.gpus_per_run < 0:
-        raise UsageError(f"--gpus-per-run must be at least 0, got {args.gpus_per_run}")
-    if args.launcher == "local":
-        given = [name for name in SLURM_ONLY if getattr(args, name) not in (None, False, [])]
-        if given:
-            raise UsageError(f"--{given[0].replace('_', '-')} is a Slurm option: add --launcher slurm")
-    elif args.shard != "0/1":
-        raise UsageError("--shard with --launcher slurm: the job array already gives each run its own task")
 
 
 def sbatch_values_attached(argv: list[str]) -> list[str]:
@@ -71,18 +80,17 @@ def sbatch_values_attached(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         args = build_parser().parse_strict(sbatch_values_attached(sys.argv[1:] if argv is None else argv))
-        check_combination(args)
-        if args.status:
-            return sweep_slurm.show_status(args.grid, args.output_dir)
-        if args.run is not None:
-            return sweep_slurm.run_one(args.grid, args.output_dir, args.run, args.timeout, args.gpus_per_run)
-        if args.launcher == "slurm" and not args.dry_run:
-            options = SlurmOptions(partition=args.partition, time=args.time, gpus_per_run=args.gpus_per_run,
-                                   cpus_per_run=args.cpus_per_run, mem_per_run=args.mem_per_run,
-                                   array_parallelism=args.array_parallelism, sbatch_args=tuple(args.sbatch_arg))
-            return sweep_slurm.launch(args.grid, args.output_dir, options, args.wait, args.retry_failed, args.timeout)
-        return sweep.sweep(args.grid, args.output_dir, sweep.parse_shard(args.shard), args.dry_run, args.retry_failed,
-                           args.timeout, processes=args.gpus_per_run)
+        options = parsed(args, SweepOptions)
+        if options.status:
+            return sweep_slurm.show_status(args.grid, options.output_dir)
+        if options.run is not None:
+            return sweep_slurm.run_one(args.grid, options.output_dir, options.run, options.timeout,
+                                       options.gpus_per_run)
+        if options.launcher == "slurm" and not options.dry_run:
+            return sweep_slurm.launch(args.grid, options.output_dir, options, options.wait, options.retry_failed,
+                                      options.timeout)
+        return sweep.sweep(args.grid, options.output_dir, sweep.parse_shard(options.shard), options.dry_run,
+                           options.retry_failed, options.timeout, processes=options.gpus_per_run)
     return report_errors(body, "finished runs are kept; run the same command to resume")
 
 

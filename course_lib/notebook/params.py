@@ -2,9 +2,10 @@
 
 Each notebook has one `parameters` cell of literals whose defaults are the CPU smoke run. Its presets are
 YAML files, `notebooks/params/<notebook>/<preset>.yaml` (`smoke`, `cpu`, `paper`), and the smoke file is
-the schema: every preset and every override must use its keys with the same types. Papermill injects
-whatever it is given without a check, so the notebook's config cell calls `Notebook.parameters`, which
-rejects an unknown or ill-typed parameter with one line naming it and the valid ones. Running notebooks in
+the schema: `parameters_model` makes it a settings model, one field per key of the smoke value's type, which
+every preset and every override must pass. Papermill injects whatever it is given without a check, so the
+notebook's config cell calls `Notebook.parameters`, which rejects an unknown or ill-typed parameter with one
+line naming it and the valid ones. Running notebooks in
 batch is the lab's (`course_lib.lab.notebooks`).
 """
 from __future__ import annotations
@@ -13,11 +14,14 @@ import argparse
 import os
 import time
 from pathlib import Path
+from typing import Any, Literal
 
 import yaml
+from pydantic import create_model
 
-from course_lib.runtime.errors import UsageError, choice_error, yaml_float_hint
+from course_lib.runtime.errors import UsageError, choice_error
 from course_lib.runtime.repro import METRICS, write_json
+from course_lib.runtime.settings import Settings
 
 # The repository's notebooks; tests point ATTENTION_LAB_NOTEBOOKS at a folder of their own.
 NOTEBOOK_DIR = Path(os.environ.get("ATTENTION_LAB_NOTEBOOKS") or Path(__file__).resolve().parents[2] / "notebooks")
@@ -54,31 +58,31 @@ def load_preset(notebook: str, preset: str) -> dict:
     return values
 
 
-def _type_name(value) -> str:
-    return "list" if isinstance(value, list) else "number" if isinstance(value, float) else type(value).__name__
+def _field(value):
+    """A parameter's field, from its smoke value: that value's type (None too: "all" or "the default"; an int
+    where the value is a float, as YAML and people write 1 for 1.0), the value its default."""
+    return (Any if value is None else type(value) | None), value
 
 
-def check_parameters(notebook: str, values: dict, where: str = "parameter") -> dict:
-    """Raise a UsageError for a key the smoke preset lacks or a value of another type; return values.
+def parameters_model(notebook: str) -> type[Settings]:
+    """The notebook's parameters as a settings model: one field per key of its smoke preset (the schema), and the
+    preset one of the notebook's own."""
+    name = notebook_path(notebook).stem
+    fields = {key: _field(value) for key, value in load_preset(name, "smoke").items()}
+    if "preset" in fields:
+        fields["preset"] = (Literal[tuple(sorted(presets_of(name)))] | None, fields["preset"][1])
+    return create_model(name, __base__=Settings, **fields)
 
-    An int is accepted where the smoke value is a float (YAML and people write 1 for 1.0), and None
-    anywhere (meaning "all" or "the default"; the config that receives it checks further).
-    """
-    schema = load_preset(notebook, "smoke")
-    for key, value in values.items():
-        if key not in schema:
-            raise UsageError(f"unknown {where} {key!r} for {notebook_path(notebook).stem} "
-                             f"(valid: {', '.join(sorted(schema))})")
-        expected = schema[key]
-        same = value is None or type(value) is type(expected) or (isinstance(expected, float) and type(value) is int)
-        if not same:
-            hint = yaml_float_hint(value) if isinstance(expected, float) else ""
-            raise UsageError(f"{where} {key} must be {_type_name(expected)} (like {expected!r}), "
-                             f"got {value!r} ({_type_name(value)}){hint}")
-    preset = values.get("preset", schema.get("preset"))
-    if preset is not None and preset not in presets_of(notebook):
-        raise choice_error("preset", preset, presets_of(notebook))
-    return values
+
+def check_parameters(notebook: str, values: dict, where: str = "") -> dict:
+    """The values, checked by the notebook's parameters model (one line for an unknown key or a bad value, after
+    `where`); returned as the model reads them (YAML's text `5e-5` as the number)."""
+    model = parameters_model(notebook)
+    try:
+        checked = model(**values)
+    except UsageError as err:
+        raise UsageError(f"{where}: {err}" if where else str(err)) from None
+    return {key: getattr(checked, key) for key in values}
 
 
 class Notebook:

@@ -8,7 +8,6 @@ collect, ...) builds its parser from `Parser` and runs through `report_errors`; 
 layer, so that no entry point imports another to get them.
 """
 import argparse
-import math
 import sys
 
 
@@ -32,28 +31,6 @@ def find_named(what: str, name: str, table: dict):
     if not found:
         raise choice_error(what, name, table)
     return found[0]
-
-
-def yaml_float(x: float) -> str:
-    """A float as YAML 1.1 reads it back as a float: it needs a '.' and a signed exponent (5.0e-05)."""
-    mantissa, exponent = f"{x:e}".split("e")
-    mantissa = mantissa.rstrip("0")
-    return f"{mantissa}0e{exponent}" if mantissa.endswith(".") else f"{mantissa}e{exponent}"
-
-
-def yaml_float_hint(value) -> str:
-    """'; YAML reads 5e-5 as text, write 5.0e-05' for text that Python reads as a finite float, else ''.
-
-    PyYAML follows YAML 1.1, whose floats need a '.' and a signed exponent, so 5e-5 in a grid file, a
-    preset or a --set arrives as the string '5e-5', and the bare type error does not say why.
-    """
-    if not isinstance(value, str):
-        return ""
-    try:
-        number = float(value)
-    except ValueError:
-        return ""
-    return f"; YAML reads {value} as text, write {yaml_float(number)}" if math.isfinite(number) else ""
 
 
 class RunFailed(RuntimeError):

@@ -34,7 +34,7 @@ def literal_names(annotation) -> tuple:
 
 
 def _type_names(annotation) -> str:
-    allowed = [*kinds(annotation), *([int] if float in kinds(annotation) else [])]
+    allowed = [k for kind in kinds(annotation) for k in ((float, int) if kind is float else (kind,))]
     return " or ".join("None" if k is type(None) else k.__name__ if isinstance(k, type) else str(k) for k in allowed)
 
 
@@ -50,19 +50,28 @@ def _rule(field) -> str:
 
 
 def folded(cls, err: ValidationError) -> UsageError:
-    """pydantic's report as one line, of its first error; a UsageError a validator raised, as it was."""
-    first = err.errors()[0]
+    """pydantic's report as one line, of its first error (an unknown key first: a misspelt key is also a missing
+    one); a UsageError a validator raised, as it was."""
+    first = min(err.errors(), key=lambda e: e["type"] != "extra_forbidden")
     if isinstance((first.get("ctx") or {}).get("error"), UsageError):
         return first["ctx"]["error"]
     loc, value, kind = first["loc"], first["input"], first["type"]
-    name, top = (str(loc[0]) if loc else ""), len(loc) == 1
-    where, field = f"{cls.__name__}.{name}" + "".join(f"[{part!r}]" for part in loc[1:]), cls.model_fields.get(name)
+    name, field = (str(loc[0]) if loc else ""), cls.model_fields.get(str(loc[0]) if loc else "")
+    inner = list(loc[1:])
+    if field is not None and inner and len([k for k in kinds(field.annotation) if k is not type(None)]) > 1:
+        inner = inner[1:]  # a union's member names its try: `gpu_hours['float']`
+    where, top = f"{cls.__name__}.{name}" + "".join(f"[{part!r}]" for part in inner), not inner
     if kind == "extra_forbidden":
         return UsageError(f"unknown {cls.__name__} option {name!r} (valid: {', '.join(sorted(cls.model_fields))})")
+    if kind == "missing" and top:
+        valid = literal_names(field.annotation)
+        return UsageError(f"{cls.__name__} needs {name}" + (f" (valid: {', '.join(map(str, valid))})" if valid else ""))
     if kind == "literal_error" and top:
         return UsageError(f"unknown {name} {value!r} (valid: {', '.join(map(str, literal_names(field.annotation)))})")
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal") and top:
         return UsageError(f"{where} must be {_rule(field)}, got {value!r}")
+    if kind == "too_short":
+        return UsageError(f"{where} must hold at least {first['ctx']['min_length']}, got {value!r}")
     if kind.endswith("_type"):
         expected = _type_names(field.annotation) if top else kind[:-5].replace("string", "str")
         return UsageError(f"{where} must be {expected}, got {value!r} ({type(value).__name__})")
