@@ -89,3 +89,21 @@ def test_the_sweep_command_line_is_checked_by_its_model(tmp_path, capsys):
     assert capsys.readouterr().err == "error: --gpus-per-run must be >= 0, got -1\n"
     assert sweep_cli.main([str(grid), "--launcher", "cloud"]) == 2
     assert capsys.readouterr().err == "error: unknown launcher 'cloud' (valid: local, slurm)\n"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["predict", "--run", "r", "--file", "f", "--batch-size", "0"], "error: --batch-size must be > 0, got 0"),
+    (["predict", "--run", "r"], "error: the following arguments are required: --file"),
+    (["glue-submission", "--to", "x.zip", "--batch-size", "-1"], "error: --batch-size must be > 0, got -1"),
+    (["glue-submission", "--fill-missing", "zero"], "error: unknown fill_missing 'zero' (valid: majority)"),
+    (["notebooks", "run", NOTEBOOK, "--cell-timeout", "0"], "error: --cell-timeout must be > 0, got 0.0"),
+    (["export"], "error: the following arguments are required: RUN_DIR"),
+    (["collect", "runs", "--outt", "x"], "error: unknown option '--outt' (valid: --out)"),
+    (["cache", "--clean"], "error: unknown option '--clean' (valid: --clear)"),
+])
+def test_every_other_command_line_is_checked_by_its_model_before_any_work(capsys, argv, says):
+    from course_lib.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(says) and err.count("\n") == 1

@@ -25,12 +25,15 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+from pydantic import Field
 
 from course_lib.lab.glue_score import GLUE_SCORE, GLUE_SCORE_PARTS, glue_average, missing_glue_tasks
 from course_lib.lab.records import KINDS, kind_of, lower_is_better, percent_scale
 from course_lib.lab.reported import GLUE, reported
+from course_lib.runtime.command_line import add_fields, parsed
 from course_lib.runtime.errors import Parser, UsageError, report_errors
 from course_lib.runtime.repro import METRICS, atomic_write, lock_exclusive
+from course_lib.runtime.settings import Settings
 from course_lib.lab.significance import holm_adjusted, paired_t_test
 from course_lib.lab.tables import grouped, markdown, mean_sd, seed_stats
 from course_lib.tasks.registry import family_of
@@ -457,14 +460,21 @@ def write_results(runs_dir: str | Path, out: str | Path | None = None) -> tuple[
     return csv_path, md_path, rows
 
 
+class CollectOptions(Settings):
+    """`python -m course_lib collect`'s options."""
+
+    runs_dir: str = Field(description="folder searched for metrics.json files",
+                          json_schema_extra={"positional": True, "metavar": "RUNS_DIR"})
+    out: str | None = Field(None, description="path of the tables without suffix: writes OUT.csv and OUT.md "
+                            "(default RUNS_DIR/results)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python -m course_lib collect", description=__doc__.splitlines()[0])
-    parser.add_argument("runs_dir", metavar="RUNS_DIR", help="folder searched for metrics.json files")
-    parser.add_argument("--out", default=None,
-                        help="path of the tables without suffix: writes OUT.csv and OUT.md (default RUNS_DIR/results)")
+    add_fields(parser, CollectOptions, words=True)
 
     def body() -> int:
-        args = parser.parse_strict(argv)
+        args = parsed(parser.parse_strict(argv), CollectOptions)
         csv_path, md_path, rows = write_results(args.runs_dir, args.out)
         print(md_path.read_text(encoding="utf-8"))
         print(f"wrote {md_path} and {csv_path} ({len(rows)} complete runs)")

@@ -29,12 +29,17 @@ import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
 
 from course_lib.lab.glue_score import glue_score
 from course_lib.lab.glue_test_splits import (TEST_SPLITS, GlueTestSplit, UnlabelledRows, expected_indices,
                                              is_made_for, made_for, read_made_for, read_test, splits_predicted_by)
+from course_lib.runtime.command_line import add_fields, parsed
 from course_lib.runtime.errors import Parser, UsageError, report_errors
 from course_lib.runtime.repro import METRICS, WEIGHTS, atomic_write
+from course_lib.runtime.settings import Settings
 from course_lib.tasks import glue
 
 HEADER = "index\tprediction"
@@ -335,26 +340,33 @@ def _row_problem(line: str, index: int, task: glue.GlueTask) -> str | None:
         f"prediction {fields[1]!r} is outside {low:g} to {high:g}"
 
 
+class SubmissionOptions(Settings):
+    """`python -m course_lib glue-submission`'s options."""
+
+    runs: list[str] = Field([], description="finished fine-tuning runs, one per GLUE task; a folder of runs (a "
+                            "sweep's) gives its best dev run per task",
+                            json_schema_extra={"positional": True, "metavar": "RUN_DIR"})
+    method: str | None = Field(None, description="in a folder of runs, take this method's")
+    to: str | None = Field(None, description="the zip to write", json_schema_extra={"metavar": "FILE.zip"})
+    fill_missing: Literal[FILL_RULES] | None = Field(None, description="write the training set's majority class "
+                                                     "for a task without a run, and say so")
+    check: str | None = Field(None, description="check a zip against the leaderboard's rules and the rows of the "
+                              "test files its manifest says it was predicted for (--glue-dir: that folder's); write "
+                              "nothing", json_schema_extra={"metavar": "FILE.zip"})
+    glue_dir: str | None = Field(None, description="GLUE's download, with its test files (default: $GLUE_DIR, "
+                                 "else data/glue's stand-ins, else the hub)")
+    batch_size: int | None = Field(None, gt=0, description="rows per forward pass (default: each run's "
+                                   "eval_batch_size)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python -m course_lib glue-submission",
                     description="the zip the GLUE leaderboard takes, from one finished run per GLUE task; or "
                                 "--check a zip")
-    parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="finished fine-tuning runs, one per GLUE task; "
-                        "a folder of runs (a sweep's) gives its best dev run per task")
-    parser.add_argument("--method", default=None, help="in a folder of runs, take this method's")
-    parser.add_argument("--to", metavar="FILE.zip", help="the zip to write")
-    parser.add_argument("--fill-missing", choices=FILL_RULES, default=None,
-                        help="write the training set's majority class for a task without a run, and say so")
-    parser.add_argument("--check", metavar="FILE.zip", help="check a zip against the leaderboard's rules and the "
-                        "rows of the test files its manifest says it was predicted for (--glue-dir: that folder's); "
-                        "write nothing")
-    parser.add_argument("--glue-dir", default=None, help="GLUE's download, with its test files (default: "
-                                                         "$GLUE_DIR, else data/glue's stand-ins, else the hub)")
-    parser.add_argument("--batch-size", type=int, default=None, help="rows per forward pass (default: each run's "
-                                                                      "eval_batch_size)")
+    add_fields(parser, SubmissionOptions, words=True)
 
     def body() -> int:
-        args = parser.parse_strict(argv)
+        args = parsed(parser.parse_strict(argv), SubmissionOptions)
         if args.check:
             if args.runs or args.to:
                 raise UsageError("--check reads a zip; give it without RUN_DIR and --to")
@@ -364,8 +376,6 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if problems else 0
         if not args.to:
             raise UsageError("give --to FILE.zip (the zip to write) or --check FILE.zip")
-        if args.batch_size is not None and args.batch_size <= 0:
-            raise UsageError(f"--batch-size must be > 0, got {args.batch_size}")
         manifest = write_submission(args.runs, args.to, args.fill_missing, args.glue_dir, args.batch_size,
                                     args.method)
         print(report(args.to, manifest))

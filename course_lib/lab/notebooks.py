@@ -28,6 +28,7 @@ from pydantic import Field, model_validator
 from course_lib.lab.reuse import FINISHED_RUNS_ENV
 from course_lib.notebook import params as notebook_params
 from course_lib.notebook.params import PRESETS, check_parameters, load_preset, notebook_names, notebook_path, presets_of
+from course_lib.runtime.command_line import add_fields, parsed
 from course_lib.runtime.errors import Parser, UsageError, report_errors
 from course_lib.runtime.repro import METRICS, progress_disabled
 from course_lib.runtime.settings import Settings
@@ -53,10 +54,10 @@ class NotebookRun(Settings):
     """One notebook run of a sweep grid (`command: notebook`): notebook, preset, and parameter overrides, checked
     by the notebook's parameters model (`params.parameters_model`)."""
 
-    notebook: str = Field(description="the notebook, e.g. 03_cui2019_sparse_attention")
-    preset: str = Field("smoke", description=f"one of {', '.join(PRESETS)}")
-    kernel: str = Field(KERNEL, description="the Jupyter kernel it runs in")
-    output_dir: str | None = None
+    notebook: str = Field(description="e.g. 03_cui2019_sparse_attention", json_schema_extra={"positional": True})
+    preset: str = Field("smoke", description=f"one of {', '.join(PRESETS)} (default smoke)")
+    kernel: str = Field(KERNEL, description=f"Jupyter kernel name (default {KERNEL})")
+    output_dir: str | None = Field(None, description="default runs/notebooks/<notebook>/<preset>")
     parameters: dict[str, Any] = Field({}, description="the notebook's parameters that differ from its preset")
 
     @model_validator(mode="before")
@@ -83,6 +84,27 @@ class NotebookRun(Settings):
         args = [sys.executable, "-m", "course_lib", "notebooks", "run", self.notebook, f"--preset={self.preset}",
                 f"--kernel={self.kernel}", f"--output-dir={self.output_dir}"]
         return args + [f"--set={key}={json.dumps(value)}" for key, value in self.parameters.items()]
+
+
+class NotebookCommand(NotebookRun):
+    """`notebooks run`'s options: a notebook run whose parameters come as `--set KEY=VALUE`, and a cell timeout."""
+
+    parameters: dict[str, Any] = Field({}, description="replace one parameter of the preset (VALUE in YAML); "
+                                       "repeatable", json_schema_extra={"flag": "--set", "repeat": True,
+                                                                        "metavar": "KEY=VALUE"})
+    cell_timeout: float | None = Field(None, gt=0, json_schema_extra={"metavar": "SECONDS"})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _set_words(cls, values):
+        """`--set epochs=3 --set lr=5e-5`: the parameters, each value read as YAML."""
+        words = values.get("parameters") if isinstance(values, dict) else None
+        if isinstance(words, list):
+            given = dict(parse_override(text) for text in words)
+            if isinstance(values.get("notebook"), str):
+                given = check_parameters(values["notebook"], given, "--set")  # the line names the option
+            values = {**values, "parameters": given}
+        return values
 
 
 def parse_override(text: str) -> tuple[str, object]:
@@ -157,13 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     commands.add_parser("list", help="the notebooks and their presets")
     run = commands.add_parser("run", help="execute one notebook with papermill")
-    run.add_argument("notebook", help="e.g. 03_cui2019_sparse_attention")
-    run.add_argument("--preset", default="smoke", help=f"one of {', '.join(PRESETS)} (default smoke)")
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="replace one parameter of the preset (VALUE in YAML); repeatable")
-    run.add_argument("--output-dir", default=None, help="default runs/notebooks/<notebook>/<preset>")
-    run.add_argument("--kernel", default=KERNEL, help=f"Jupyter kernel name (default {KERNEL})")
-    run.add_argument("--cell-timeout", type=float, default=None, metavar="SECONDS")
+    add_fields(run, NotebookCommand, ["notebook", "preset", "parameters", "output_dir", "kernel", "cell_timeout"],
+               words=True)
     return parser
 
 
@@ -174,9 +191,8 @@ def main(argv: list[str] | None = None) -> int:
             for name in notebook_names():
                 print(f"{name:<40} presets: {', '.join(presets_of(name))}")
         elif args.command == "run":
-            overrides = dict(parse_override(text) for text in args.overrides)
-            out = run_notebook(args.notebook, args.preset, overrides, args.output_dir, args.kernel,
-                               args.cell_timeout)
+            run = parsed(args, NotebookCommand)
+            out = run_notebook(run.notebook, run.preset, run.parameters, run.output_dir, run.kernel, run.cell_timeout)
             print(json.dumps({"notebook": str(out / (notebook_path(args.notebook).stem + ".ipynb")),
                               "metrics": str(out / METRICS)}))
         else:

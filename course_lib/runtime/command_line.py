@@ -8,8 +8,8 @@ declared once, for Python, YAML and the shell alike. Two spellings of a command 
   given as JSON (`--toy-layers '[1, 2]'`), as a metrics.json holds it;
 - a tool's (`words=True`): a switch that is off by default is just `--json`, a list is words (`--seq-lens 64 128`).
 
-A field's `json_schema_extra` may name its `flag` and `metavar` and make it `repeat`able (`--sbatch-arg A
---sbatch-arg B`).
+A field's `json_schema_extra` may name its `flag` and `metavar`, make it `repeat`able (`--sbatch-arg A --sbatch-arg
+B`) or `positional` (`export RUN_DIR`); a field without a default is a required option.
 """
 from __future__ import annotations
 
@@ -56,26 +56,34 @@ def flag(name: str, field) -> str:
 
 def flags(model) -> list[str]:
     """Every option of the model's command line, in field order."""
-    return [flag(name, field) for name, field in model.model_fields.items()]
+    return [flag(name, field) for name, field in model.model_fields.items()
+            if not (field.json_schema_extra or {}).get("positional")]
 
 
 def add_field(parser, name: str, field, choices: tuple = (), given_only: bool = False, words: bool = False) -> None:
-    """One option for one field, with its choices and default. given_only: absent from the parsed options unless
-    given (a method's options: from_dict refuses another method's, so only what the command line names may reach
-    it)."""
+    """One option for one field, with its choices and default (a field without a default: a required option, or
+    a positional argument where it says so). given_only: absent from the parsed options unless given (a method's
+    options: from_dict refuses another method's, so only what the command line names may reach it)."""
     kind, nargs = _value_type(field.annotation, words)
     extra, default = field.json_schema_extra or {}, field.get_default(call_default_factory=True)
     names = literal_names(field.annotation)
     text = option_help(field.description or "", choices or (() if words else names))  # words: {a,b} shows them
     text += f" (default: {default})" if given_only else ""
     keywords = dict(dest=name, default=argparse.SUPPRESS if given_only else default, help=text)
+    if field.is_required():
+        keywords = dict(dest=name, help=text, required=True)
     if kind is bool:
         switch = "store_true" if words and default is False else argparse.BooleanOptionalAction
         parser.add_argument(flag(name, field), action=switch, **keywords)
         return
     metavar = extra.get("metavar") or ("JSON" if kind is json.loads else f"{{{','.join(names)}}}" if words and names
                                        else None if words else kind.__name__.upper())
-    if extra.get("repeat"):
+    if extra.get("positional"):  # RUN_DIR; a list: any number of them
+        positional = {"nargs": "*", "default": default} if nargs else {}
+        parser.add_argument(name, type=kind, metavar=metavar, help=text, **positional)
+        return
+    if extra.get("repeat"):  # each word as typed: the model reads them
+        kind = str
         keywords.update(action="append", default=[])
     parser.add_argument(flag(name, field), type=kind, nargs=None if extra.get("repeat") else nargs, metavar=metavar,
                         **keywords)

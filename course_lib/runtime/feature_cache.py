@@ -31,8 +31,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from pydantic import Field
 
+from course_lib.runtime.command_line import add_fields, parsed
 from course_lib.runtime.errors import Parser, UsageError, report_errors
+from course_lib.runtime.settings import Settings
 
 CACHE_ENV = "ATTENTION_LAB_CACHE"
 ENCODERS = ("readers", "tasks", "training/mlm_data.py", "model/pair_heads.py", "runtime/feature_cache.py")  # the
@@ -314,13 +317,19 @@ def clear(root: Path | None = None) -> tuple[int, int]:
     return len(found), size
 
 
+class CacheOptions(Settings):
+    """`python -m course_lib cache`'s options."""
+
+    clear: bool = Field(False, description="delete every encoded split: runs encode again")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python -m course_lib cache",
                     description=f"the encoded-data cache every run shares (${CACHE_ENV} sets its folder)")
-    parser.add_argument("--clear", action="store_true", help="delete every encoded split: runs encode again")
+    add_fields(parser, CacheOptions, words=True)
 
     def body() -> int:
-        args, root = parser.parse_strict(argv), cache_root()
+        args, root = parsed(parser.parse_strict(argv), CacheOptions), cache_root()
         if args.clear:
             count, size = clear(root)
             print(f"removed {count} encoded splits ({size / 1e6:.1f} MB) from {root}")

@@ -16,8 +16,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from pydantic import Field
+
 from course_lib.model.weights import ours_to_hf
+from course_lib.runtime.command_line import add_fields, parsed
 from course_lib.runtime.errors import Parser, UsageError, report_errors
+from course_lib.runtime.settings import Settings
 from course_lib.tasks.registry import get_family, run_task
 from course_lib.training.config import FinetuneConfig
 from course_lib.training.task_model import finished_config, load_finetuned
@@ -89,15 +93,22 @@ def export_run(run_dir, to=None) -> Path:
     return target
 
 
+class ExportOptions(Settings):
+    """`python -m course_lib export`'s options."""
+
+    run_dir: str = Field(description="the run's output folder (its metrics.json and weights)",
+                         json_schema_extra={"positional": True, "metavar": "RUN_DIR"})
+    to: str | None = Field(None, description=f"the folder to write (default: RUN_DIR/{EXPORT_DIR})",
+                           json_schema_extra={"metavar": "DIR"})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python -m course_lib export",
                     description="write a finished fine-tuning run as a Hugging Face model folder")
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run's output folder (its metrics.json and weights)")
-    parser.add_argument("--to", default=None, metavar="DIR",
-                        help=f"the folder to write (default: RUN_DIR/{EXPORT_DIR})")
+    add_fields(parser, ExportOptions, words=True)
 
     def body() -> int:
-        args = parser.parse_strict(argv)
+        args = parsed(parser.parse_strict(argv), ExportOptions)
         print(f"exported to {export_run(args.run_dir, args.to)}")
         return 0
     return report_errors(body, "nothing was written; run the same command again")

@@ -15,9 +15,12 @@ import json
 from pathlib import Path
 
 from accelerate import Accelerator
+from pydantic import Field
 
+from course_lib.runtime.command_line import add_fields, parsed
 from course_lib.runtime.errors import Parser, UsageError, report_errors
 from course_lib.runtime.repro import atomic_write
+from course_lib.runtime.settings import Settings
 from course_lib.tasks.registry import every_family, get_family, run_task
 from course_lib.training.finetune import output_rows
 from course_lib.training.task_model import finished_config, load_finetuned
@@ -65,23 +68,26 @@ def predict_file(run_dir, file, output=None, batch_size: int | None = None) -> P
     return target
 
 
+class PredictOptions(Settings):
+    """`python -m course_lib predict`'s options."""
+
+    run: str = Field(description="the run's output folder", json_schema_extra={"metavar": "RUN_DIR"})
+    file: str = Field(description="the rows to predict: CSV, TSV or JSON lines with the run's text columns (tagging: "
+                      "a word per line, a blank line between sentences; span QA: SQuAD JSON; multiple choice: the "
+                      "run's layout)", json_schema_extra={"metavar": "FILE"})
+    output: str | None = Field(None, description="the JSON-lines file to write (default: "
+                               "RUN_DIR/predictions_<FILE name>.jsonl)", json_schema_extra={"metavar": "PRED"})
+    batch_size: int | None = Field(None, gt=0, description="rows per forward pass (default: the run's "
+                                   "eval_batch_size)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python -m course_lib predict",
                     description="a finished fine-tuning run's model on new text, one prediction per row")
-    parser.add_argument("--run", required=True, metavar="RUN_DIR", help="the run's output folder")
-    parser.add_argument("--file", required=True, metavar="FILE",
-                        help="the rows to predict: CSV, TSV or JSON lines with the run's text columns (tagging: a "
-                             "word per line, a blank line between sentences; span QA: SQuAD JSON; multiple choice: "
-                             "the run's layout)")
-    parser.add_argument("--output", default=None, metavar="PRED",
-                        help="the JSON-lines file to write (default: RUN_DIR/predictions_<FILE name>.jsonl)")
-    parser.add_argument("--batch-size", type=int, default=None, help="rows per forward pass (default: the run's "
-                                                                      "eval_batch_size)")
+    add_fields(parser, PredictOptions, words=True)
 
     def body() -> int:
-        args = parser.parse_strict(argv)
-        if args.batch_size is not None and args.batch_size <= 0:
-            raise UsageError(f"--batch-size must be > 0, got {args.batch_size}")
+        args = parsed(parser.parse_strict(argv), PredictOptions)
         print(f"predictions: {predict_file(args.run, args.file, args.output, args.batch_size)}")
         return 0
     return report_errors(body, "nothing was written; run the same command again")
