@@ -6,6 +6,8 @@ class declares, and nothing else; a new method with options, or a new option, fa
 The multitask section lists `MultitaskConfig`'s own fields with the defaults a run gets. The cell says a default as
 a reader types it: `true`/`false`, `none`, a number or a name, with or without backticks.
 
+docs/tasks.md's table of the task families' options is held the same way against each family's options model.
+
 Also here, one promise of `methods/registry.py`'s docstring: the built-in methods load on first use, so a
 fine-tuning run imports neither another fine-tuning method's module nor a pre-training method's (`methods.ag`).
 """
@@ -23,6 +25,7 @@ import pytest
 
 from course_lib.methods.pretraining import PRETRAIN_METHODS
 from course_lib.methods.registry import every_method, get_method
+from course_lib.tasks.registry import every_family, get_family
 from course_lib.training.config import MultitaskConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,6 +50,7 @@ MULTITASK_NOT_LISTED = {
 
 @dataclasses.dataclass(frozen=True)
 class Row:
+    families: tuple[str, ...]  # docs/tasks.md: the task families named before a colon in the first cell
     fields: tuple[str, ...]  # the field names of the first cell
     flags: str  # the first cell's text in parentheses, e.g. "`--[no-]ssa-share-weight`"
     default: str  # the default cell, backticks removed
@@ -69,7 +73,8 @@ def defaults_tables(text: str) -> dict[str, list[Row]]:
                 tables.setdefault(section, [])
         elif not set(cells[0]) <= set("-: "):  # skip the |---| line
             names, _, flags = cells[0].partition("(")
-            tables[section].append(Row(tuple(re.findall(r"`([a-z_0-9]+)`", names)), flags,
+            families = tuple(names.split(":")[0].split(",")) if ":" in names else ()
+            tables[section].append(Row(families, tuple(re.findall(r"`([a-z_0-9]+)`", names)), flags,
                                        cells[1].replace("`", "").strip()))
     return tables
 
@@ -182,3 +187,19 @@ def test_a_fine_tuning_run_imports_only_its_own_methods_module():
                          capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert json.loads(run.stdout.splitlines()[-1]) == ["course_lib.methods.ssa"]
+
+
+FAMILY_SECTION = "A family's options"
+
+
+def test_the_task_families_options_table_lists_every_option_with_its_default_and_flag():
+    rows = defaults_tables((ROOT / "docs" / "tasks.md").read_text(encoding="utf-8"))[FAMILY_SECTION]
+    declared = {(family, name): f.default for family in every_family()
+                for name, f in get_family(family).options.model_fields.items()}
+    listed = {(family.strip(), name) for row in rows for family in row.families for name in row.fields}
+    assert listed == set(declared)
+    for row in rows:
+        for family in row.families:
+            for name in row.fields:
+                assert row.default == shown(declared[family.strip(), name]), (family, name)
+        assert flag_problems(row, {}) == []
