@@ -118,6 +118,8 @@ def table(results: dict[tuple[str, str], list[dict]], pairs: int) -> str:
 
 
 def main() -> int:
+    """Plain argparse, not a settings model: a child process must import nothing of ours (nor pydantic) before its
+    clock starts, or the import times it measures would be short."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=392702, help="training pairs (MNLI has 392,702)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds, each running every case once")

@@ -275,7 +275,7 @@ def test_bad_options_are_one_line_errors_before_any_work(tmp_path, capsys):
     cases = {("--gradescope", str(tmp_path / "ag.tar")): "must name a .zip file",
              ("--gradescope", str(out / "ag.zip")): "is inside OUT_DIR",
              ("--gradescope", str(tmp_path / "ag.zip"), "--hidden-visibility", "later"):
-                 "unknown --hidden-visibility 'later' (valid: after_due_date, after_published, hidden)",
+                 "unknown hidden_visibility 'later' (valid: after_published, after_due_date, hidden)",
              ("--gradescope", str(tmp_path / "ag.zip"), "--torch-index", "cpu"): "must be the URL of a pip index",
              ("--torch-index", "https://index.invalid/cpu"): "give --gradescope FILE.zip"}
     for args, message in cases.items():

@@ -100,6 +100,11 @@ def test_the_sweep_command_line_is_checked_by_its_model(tmp_path, capsys):
     (["export"], "error: the following arguments are required: RUN_DIR"),
     (["collect", "runs", "--outt", "x"], "error: unknown option '--outt' (valid: --out)"),
     (["cache", "--clean"], "error: unknown option '--clean' (valid: --clear)"),
+    (["assignment", "grade", "copy", "--report", "r.json", "--jobs", "0"], "error: --jobs must be >= 1, got 0"),
+    (["assignment", "autograde", "/nowhere", "--timeout", "-5"], "error: --timeout must be > 0, got -5.0"),
+    (["assignment", "build", "out", "--hidden-visibility", "never"],
+     "error: unknown hidden_visibility 'never' (valid: after_published, after_due_date, hidden)"),
+    (["check", "q1a", "--hiden"], "error: unknown option '--hiden' (valid: --hidden)"),
 ])
 def test_every_other_command_line_is_checked_by_its_model_before_any_work(capsys, argv, says):
     from course_lib.cli import main

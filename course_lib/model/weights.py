@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from course_lib.model.bert import BertModel
-from course_lib.model.config import BertConfig, check_mixed_precision
+from course_lib.model.config import check_mixed_precision
 from course_lib.model.model_folder import load_tokenizer, read_weights, read_model_config, resolve_model_dir
 from course_lib.runtime.errors import UsageError
 

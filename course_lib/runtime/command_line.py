@@ -9,7 +9,7 @@ declared once, for Python, YAML and the shell alike. Two spellings of a command 
 - a tool's (`words=True`): a switch that is off by default is just `--json`, a list is words (`--seq-lens 64 128`).
 
 A field's `json_schema_extra` may name its `flag` and `metavar`, make it `repeat`able (`--sbatch-arg A --sbatch-arg
-B`) or `positional` (`export RUN_DIR`); a field without a default is a required option.
+B`) or `positional` (`export RUN_DIR`); a field without a default is a required option or argument.
 """
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def add_field(parser, name: str, field, choices: tuple = (), given_only: bool = 
     metavar = extra.get("metavar") or ("JSON" if kind is json.loads else f"{{{','.join(names)}}}" if words and names
                                        else None if words else kind.__name__.upper())
     if extra.get("positional"):  # RUN_DIR; a list: any number of them
-        positional = {"nargs": "*", "default": default} if nargs else {}
+        positional = {"nargs": "*" if nargs else "?", "default": default} if not field.is_required() else {}
         parser.add_argument(name, type=kind, metavar=metavar, help=text, **positional)
         return
     if extra.get("repeat"):  # each word as typed: the model reads them

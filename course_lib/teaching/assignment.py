@@ -36,9 +36,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
 
 from course_lib.runtime.errors import UsageError
+from course_lib.runtime.settings import Settings
 from course_lib.teaching import check, submission
+from course_lib.teaching.gradescope import HIDDEN_VISIBILITIES
 
 ROOT = Path(__file__).resolve().parents[2]
 GRADING_CODE = ("course_lib/teaching/assignment.py", "course_lib/teaching/gradescope.py",
@@ -320,30 +325,57 @@ def autograde(root: str | os.PathLike, hidden_visibility: str = "after_published
     return results
 
 
+class BuildOptions(Settings):
+    """`assignment build`: the student copy, and with --gradescope the autograder."""
+
+    out_dir: str = Field(json_schema_extra={"positional": True, "metavar": "OUT_DIR"})
+    gradescope: str | None = Field(None, description="also write Gradescope's autograder zip here",
+                                   json_schema_extra={"metavar": "FILE.zip"})
+    hidden_visibility: Literal[HIDDEN_VISIBILITIES] | None = Field(None, description="when students see the hidden "
+                                                                   "checks on Gradescope: after_published (the "
+                                                                   "default), after_due_date or hidden (never)")
+    torch_index: str | None = Field(None, description="the pip index setup.sh installs torch's CPU build from "
+                                    "(PyTorch's CPU wheel index); without it, PyPI's torch",
+                                    json_schema_extra={"metavar": "URL"})
+
+
+class GradeOptions(Settings):
+    """`assignment grade`: a student copy, one process per question."""
+
+    student_dir: str = Field(json_schema_extra={"positional": True, "metavar": "STUDENT_DIR"})
+    report: str = Field(description="where to write the JSON report")
+    jobs: int = Field(2, ge=1, description="questions graded at the same time")
+    timeout: float = Field(300.0, gt=0, description="seconds per question")
+
+
+class AutogradeOptions(Settings):
+    """`assignment autograde`: the autograder's run, ROOT/submission into ROOT/results."""
+
+    root: str = Field(os.environ.get("AUTOGRADER_ROOT", "/autograder"),
+                      json_schema_extra={"positional": True, "metavar": "ROOT"})
+    hidden_visibility: Literal[HIDDEN_VISIBILITIES] = Field("after_published",
+                                                            description="the hidden checks' visibility")
+    timeout: float | None = Field(None, gt=0, description="seconds per question (default 120)")
+    jobs: int | None = Field(None, ge=1, description="questions graded at once (default: the cores)")
+
+
+COMMANDS = {"build": BuildOptions, "grade": GradeOptions, "autograde": AutogradeOptions}  # those with options
+
+
 def _parser():
+    from course_lib.runtime.command_line import add_fields
     from course_lib.runtime.errors import Parser
 
     parser = Parser(prog="python -m course_lib assignment", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser, required=True)
-    build_cmd = commands.add_parser("build", help="write the student copy (and Gradescope's autograder)")
-    build_cmd.add_argument("out_dir", metavar="OUT_DIR")
-    build_cmd.add_argument("--gradescope", metavar="FILE.zip", help="also write Gradescope's autograder zip here")
-    build_cmd.add_argument("--hidden-visibility", help="when students see the hidden checks on Gradescope: "
-                           "after_published (the default), after_due_date or hidden (never)")
-    build_cmd.add_argument("--torch-index", metavar="URL", help="the pip index setup.sh installs torch's CPU "
-                           "build from (PyTorch's CPU wheel index); without it, PyPI's torch")
-    commands.add_parser("make-references", help="regenerate the public checks' reference outputs")
-    commands.add_parser("manifest", help="print the questions, points and checks as JSON")
-    grade_cmd = commands.add_parser("grade", help="grade a student copy, one process per question")
-    grade_cmd.add_argument("student_dir", metavar="STUDENT_DIR")
-    grade_cmd.add_argument("--report", required=True, help="where to write the JSON report")
-    grade_cmd.add_argument("--jobs", type=int, default=2, help="questions graded at the same time")
-    grade_cmd.add_argument("--timeout", type=float, default=300.0, help="seconds per question")
-    auto_cmd = commands.add_parser("autograde", help="the autograder's run: ROOT/submission into ROOT/results")
-    auto_cmd.add_argument("root", metavar="ROOT", nargs="?", default=os.environ.get("AUTOGRADER_ROOT", "/autograder"))
-    auto_cmd.add_argument("--hidden-visibility", default="after_published", help="the hidden checks' visibility")
-    auto_cmd.add_argument("--timeout", type=float, default=None, help="seconds per question (default 120)")
-    auto_cmd.add_argument("--jobs", type=int, default=None, help="questions graded at once (default: the cores)")
+    for name, what in (("build", "write the student copy (and Gradescope's autograder)"),
+                       ("make-references", "regenerate the public checks' reference outputs"),
+                       ("manifest", "print the questions, points and checks as JSON"),
+                       ("grade", "grade a student copy, one process per question"),
+                       ("autograde", "the autograder's run: ROOT/submission into ROOT/results")):
+        command = commands.add_parser(name, help=what)
+        if name in COMMANDS:
+            add_fields(command, COMMANDS[name], words=True)
     return parser
 
 
@@ -376,14 +408,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
 
     def body() -> int:
+        from course_lib.runtime.command_line import parsed
+
         args = parser.parse_strict(argv)
-        if args.command == "build":
+        command, args = args.command, parsed(args, COMMANDS[args.command]) if args.command in COMMANDS else args
+        if command == "build":
             _build(args)
-        elif args.command == "make-references":
+        elif command == "make-references":
             print(f"wrote {make_references()}")
-        elif args.command == "manifest":
+        elif command == "manifest":
             print(json.dumps(manifest(), indent=2))
-        elif args.command == "grade":
+        elif command == "grade":
             _grade(args)
         else:
             autograde(args.root, args.hidden_visibility, args.timeout, args.jobs)

@@ -16,6 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from pydantic import Field
+
+from course_lib.runtime.settings import Settings
 
 HERE = Path(__file__).resolve().parent
 REFERENCES = HERE / "assignment_refs" / "references.safetensors"
@@ -124,16 +127,23 @@ def load_checks(hidden: bool = False) -> dict[str, str]:
     return public.QUESTIONS
 
 
+class CheckOptions(Settings):
+    """`python -m course_lib check`'s options."""
+
+    question: str = Field(description="a question id such as q1a, or all", json_schema_extra={"positional": True})
+    hidden: bool = Field(False, description="staff: also run tests/hidden/ (reference only)")
+
+
 def main(argv: list[str] | None = None) -> int:
+    from course_lib.runtime.command_line import add_fields, parsed
     from course_lib.runtime.errors import Parser, report_errors
     from course_lib.runtime.errors import UsageError, choice_error
 
     parser = Parser(prog="python -m course_lib check", description=__doc__.splitlines()[0])
-    parser.add_argument("question", help="a question id such as q1a, or all")
-    parser.add_argument("--hidden", action="store_true", help="staff: also run tests/hidden/ (reference only)")
+    add_fields(parser, CheckOptions, words=True)
 
     def body() -> int:
-        args = parser.parse_strict(argv)
+        args = parsed(parser.parse_strict(argv), CheckOptions)
         if args.hidden and not HIDDEN.is_file():
             raise UsageError(f"--hidden needs the staff checks {HIDDEN}, which this copy does not have")
         titles = load_checks(args.hidden)

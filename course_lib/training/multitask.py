@@ -20,7 +20,6 @@ step for step (tests/test_multitask.py checks this).
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import time
