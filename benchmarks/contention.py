@@ -17,7 +17,6 @@ import sys
 import time
 from pathlib import Path
 
-from course_lib.runtime.errors import UsageError
 from course_lib.runtime.openmp import SPIN_COUNT, WAIT_POLICY, idle_spin_seconds
 from course_lib.runtime.repro import progress
 
@@ -145,19 +144,7 @@ def format_contention(result: dict) -> str:
     return "\n".join(lines)
 
 
-def check_arguments(busy: list[int], rounds: int, repeats: int, batch_size: int, seq_len: int) -> None:
-    """One line before anything starts: the quiet case (0 busy) comes first, since every ratio is to it."""
-    if not busy or busy[0] != 0 or min(busy) < 0 or len(set(busy)) != len(busy):
-        raise UsageError(f"--busy {' '.join(map(str, busy))}: give distinct counts of busy programs starting with 0 "
-                         "(the quiet case every ratio is taken to), e.g. --busy 0 1 2")
-    for flag, value in (("--rounds", rounds), ("--repeats", repeats), ("--batch-size", batch_size),
-                        ("--seq-len", seq_len)):
-        if value < 1:
-            raise UsageError(f"{flag} {value}: must be at least 1")
-
-
 def main(args) -> None:
-    check_arguments(args.busy, args.rounds, args.repeats, args.batch_size, args.seq_len)
     result = contention(tuple(args.busy), args.rounds, args.repeats, args.batch_size, args.seq_len)
     print(json.dumps(result, indent=2) if args.as_json else format_contention(result))
 

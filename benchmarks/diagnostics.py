@@ -314,15 +314,11 @@ def format_table(results: dict, reference: str = "vanilla") -> str:
 
 def main(args) -> None:
     """`python -m benchmarks diagnostics`: run (or read back) every run, then print the tables or JSON."""
-    from course_lib.runtime.errors import UsageError
 
     methods = [m.strip() for m in (args.methods or ",".join(every_method())).split(",") if m.strip()]
     for m in methods:
         get_method(m)  # an unknown name: one line naming the registered ones
-    try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        raise UsageError(f"--seeds must be a comma list of integers, got {args.seeds!r}") from None
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]  # checked by options.Diagnostics
     name = "quick" if args.quick else "default"
     with contextlib.redirect_stdout(sys.stderr):  # finetune's per-epoch lines; stdout is the table or JSON
         output_dir = Path(args.output_dir or "runs/diagnostics") / name

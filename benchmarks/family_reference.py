@@ -21,7 +21,7 @@ from torch import nn
 from course_lib.methods.registry import METHODS, Method, register
 from course_lib.model.heads import ClassifierOutput
 from course_lib.model.model_folder import resolve_model_dir
-from course_lib.runtime.errors import UsageError, choice_error
+from course_lib.runtime.errors import choice_error
 from course_lib.tasks.batching import subsample
 from course_lib.tasks.multiple_choice import MULTIPLE_CHOICE
 from course_lib.tasks.registry import get_family, get_task, run_task
@@ -146,9 +146,7 @@ def format_family_reference(result: dict) -> str:
 
 def main(args) -> None:
     task = args.task or "wnut17"
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    if not seeds:
-        raise UsageError(f"--seeds must name at least one seed, got {args.seeds!r}")
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]  # checked by options.Reference
     result = family_reference(task, args.output_dir or f"runs/bench/reference/{task}", args.model, seeds,
                               args.epochs)
     print(json.dumps(result, indent=2) if args.as_json else format_family_reference(result))

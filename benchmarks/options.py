@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
+from course_lib.runtime.errors import UsageError
 from course_lib.runtime.settings import Settings
 
 
@@ -14,6 +15,17 @@ def _shard(text: str | None) -> str | None:
 
     if text is not None:
         parse_shard(text)  # I/N with 0 <= I < N, or one line saying so
+    return text
+
+
+def _seeds(text: str) -> str:
+    """`--seeds 0,1,2`: a comma list of at least one integer."""
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds:
+        raise UsageError(f"--seeds must be a comma list of integers, got {text!r}")
     return text
 
 
@@ -63,6 +75,8 @@ class Diagnostics(ModelBench):
     methods: str | None = Field(None, description="comma list (default: all fine-tuning methods)")
     seeds: str = Field("0,1,2", description="comma list of seeds")
     quick: bool = Field(False, description="the smoke budget (tiny data, for tests)")
+
+    _seeds_parse = field_validator("seeds")(_seeds)
     output_dir: str | None = Field(None, description="run folders, reused if there (default runs/diagnostics)")
 
 
@@ -80,6 +94,13 @@ class Reproduce(Settings):
 
     _shard_parses = field_validator("shard")(_shard)
 
+    @model_validator(mode="after")
+    def _nothing_ignored(self):
+        if self.from_archive and (self.shard is not None or self.output_dir is not None):
+            raise UsageError("--from-archive runs nothing: drop --shard and --output-dir (the archive is --archive "
+                             "DIR)")
+        return self
+
 
 class Squad(ModelBench):
     squad_file: str | None = Field(None, description="the SQuAD v1.1 dev file to split by article (default: "
@@ -94,6 +115,8 @@ class Reference(ModelBench):
                                                     "(DREAM_DIR)")
     seeds: str = Field("0,1,2", description="comma list of seeds")
     epochs: int | None = Field(None, ge=1, description="training epochs (default: the task's budget)")
+
+    _seeds_parse = field_validator("seeds")(_seeds)
     output_dir: str | None = Field(None, description="run folders, reused if there (default "
                                    "runs/bench/reference/<task>)")
 
@@ -113,6 +136,15 @@ class Memory(ModelBench):
 
 class Contention(Bench):
     busy: list[int] = Field([0, 1, 2], description="how many busy programs run beside, one case each")
+
+    @field_validator("busy")
+    @classmethod
+    def _quiet_first(cls, busy: list[int]) -> list[int]:
+        """The quiet case (0 busy) comes first, since every ratio is to it."""
+        if not busy or busy[0] != 0 or min(busy) < 0 or len(set(busy)) != len(busy):
+            raise UsageError(f"--busy {' '.join(map(str, busy))}: give distinct counts of busy programs starting "
+                             "with 0 (the quiet case every ratio is taken to), e.g. --busy 0 1 2")
+        return busy
     rounds: int = Field(2, ge=1, description="rounds, each running every setting and load")
     repeats: int = Field(4, ge=1, description="timed steps per run")
     batch_size: int = Field(32, ge=1)

@@ -469,9 +469,7 @@ def main(args) -> int:
     """`python -m benchmarks reproduce` from the parsed bench options."""
     from course_lib.lab.sweep import parse_shard
 
-    archive, from_archive = getattr(args, "archive", None), getattr(args, "from_archive", False)
-    if from_archive and (args.shard is not None or args.output_dir is not None):
-        raise UsageError("--from-archive runs nothing: drop --shard and --output-dir (the archive is --archive DIR)")
+    archive, from_archive = args.archive, args.from_archive
     command, rebuild = commands(args.grid, args.report, archive)
     return reproduce(args.grid or DEFAULT_GRID, args.output_dir, args.report or DEFAULT_REPORT,
                      parse_shard(args.shard or "0/1"), command, archive, from_archive, rebuild)

@@ -86,7 +86,7 @@ def test_the_contention_bench_runs_each_setting_in_a_process_that_has_it():
 @pytest.mark.parametrize("argv, message", [
     (["--busy", "1", "2"], "--busy 1 2: give distinct counts of busy programs starting with 0"),
     (["--busy", "0", "-1"], "--busy 0 -1: give distinct counts"),
-    (["--rounds", "0"], "--rounds 0: must be at least 1"),
+    (["--rounds", "0"], "--rounds must be >= 1, got 0"),
 ])
 def test_bad_contention_arguments_are_one_line_errors_before_anything_runs(argv, message, capsys):
     from benchmarks.__main__ import main as bench

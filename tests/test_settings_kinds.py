@@ -75,6 +75,10 @@ def test_an_assignment_is_checked_as_a_new_value_is():
     (["reference", "--task", "squad"], "error: unknown task 'squad' (valid: wnut17, dream)"),
     (["reproduce", "--shard", "2/2"], "error: --shard must be I/N with 0 <= I < N"),
     (["squad", "--seq-lens", "64"], "error: unknown option '--seq-lens' for bench squad"),
+    (["diagnostics", "--seeds", "0,x"], "error: --seeds must be a comma list of integers, got '0,x'"),
+    (["reference", "--seeds", ","], "error: --seeds must be a comma list of integers, got ','"),
+    (["reproduce", "--from-archive", "--shard", "0/2"], "error: --from-archive runs nothing"),
+    (["contention", "--busy", "1", "2"], "error: --busy 1 2: give distinct counts"),
 ])
 def test_a_bench_command_line_is_checked_by_its_model_before_any_work(capsys, argv, says):
     assert bench_main(argv) == 2
