@@ -116,3 +116,12 @@ def test_every_other_command_line_is_checked_by_its_model_before_any_work(capsys
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(says) and err.count("\n") == 1
+
+
+def test_a_tools_error_names_the_option_as_typed_also_where_the_field_names_its_own_flag():
+    import argparse
+
+    from course_lib.runtime.command_line import parsed
+
+    with pytest.raises(UsageError, match=r"^--json must be bool, got 'x' \(str\)$"):
+        parsed(argparse.Namespace(as_json="x"), bench.Memory)  # the field is as_json, its flag --json

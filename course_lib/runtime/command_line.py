@@ -109,5 +109,6 @@ def parsed(namespace: argparse.Namespace, model):
     try:
         return model(**given(namespace, model))
     except UsageError as err:
-        raise UsageError(re.sub(rf"\b{model.__name__}\.(\w+)", lambda m: "--" + m[1].replace("_", "-"),
-                                str(err))) from None
+        fields = model.model_fields
+        raise UsageError(re.sub(rf"\b{model.__name__}\.(\w+)",
+                                lambda m: flag(m[1], fields[m[1]]) if m[1] in fields else m[0], str(err))) from None
